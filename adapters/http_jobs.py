@@ -1,0 +1,154 @@
+"""Plain HTTP over the job service: `/v1/jobs` and `/v1/operations`. Translation only."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
+
+from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
+from tasks_backend.errors import BadRequest
+from tasks_backend.runtime import Runtime
+from tasks_backend.service import JobService
+from tasks_backend.views import detailed, handle
+
+bp = Blueprint("jobs", __name__, url_prefix="/v1")
+
+
+def _service() -> JobService:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    return runtime.service
+
+
+def json_body() -> dict[str, Any]:
+    """The request body as a JSON object, or a 400 that says what is wrong with it."""
+    raw = request.get_data(cache=True)
+    if not raw:
+        raise BadRequest("A JSON object body is required.")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("The body is not valid JSON.") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return body
+
+
+def _retry_after(record: JobRecord) -> str:
+    return str(max(1, math.ceil(record.poll_ms / 1000)))
+
+
+def _handle_response(record: JobRecord, status: int, body: dict[str, Any] | None = None) -> Response:
+    response = jsonify(body if body is not None else detailed(record))
+    response.status_code = status
+    if not record.terminal:
+        response.headers["Retry-After"] = _retry_after(record)
+    return response
+
+
+@bp.post("/jobs")
+def submit() -> Response:
+    body = json_body()
+    operation = body.get("operation")
+    if not isinstance(operation, str) or not operation:
+        raise BadRequest("`operation` must name a registered operation.")
+    unknown = set(body) - {"operation", "params"}
+    if unknown:
+        raise BadRequest(f"Unknown fields: {sorted(unknown)}.")
+    key = request.headers.get("Idempotency-Key")
+    record, outcome = _service().submit(g.principal, operation, body.get("params"), idempotency_key=key)
+    response = _handle_response(record, 202, handle(record))
+    response.headers["Location"] = f"/v1/jobs/{record.id}"
+    if outcome is SubmitOutcome.EXISTING:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+@bp.get("/jobs")
+def list_jobs() -> Response:
+    try:
+        limit = int(request.args.get("limit", "50"))
+    except ValueError as exc:
+        raise BadRequest("`limit` must be an integer.") from exc
+    records, cursor = _service().list(g.principal, status=request.args.get("status") or None, limit=limit,
+                                      cursor=request.args.get("cursor") or None)
+    return jsonify({"jobs": [handle(r) | {"operation": r.operation} for r in records], "nextCursor": cursor})
+
+
+@bp.get("/jobs/<job_id>")
+def get_job(job_id: str) -> Response:
+    return _handle_response(_service().get(g.principal, job_id), 200)
+
+
+@bp.get("/jobs/<job_id>/result")
+def get_result(job_id: str) -> Response:
+    record = _service().get(g.principal, job_id)
+    if record.state is JobState.COMPLETED:
+        return jsonify(record.result)
+    return _handle_response(record, 409 if record.terminal else 202)
+
+
+@bp.post("/jobs/<job_id>/cancel")
+def cancel(job_id: str) -> Response:
+    return _handle_response(_service().cancel(g.principal, job_id), 202)
+
+
+@bp.post("/jobs/<job_id>/input")
+def provide_input(job_id: str) -> Response:
+    body = json_body()
+    return _handle_response(_service().provide_input(g.principal, job_id, body.get("inputResponses")), 202)
+
+
+@bp.get("/jobs/<job_id>/events")
+def events(job_id: str) -> Response:
+    """Server-sent events: one `handle` event per change, until terminal.
+
+    A stream lasts at most `sse_max_s` (so a sync worker is never held for a day); the client
+    reconnects with `Last-Event-ID` and resumes where it left off, as EventSource does by itself.
+    """
+    service = _service()
+    after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
+    if not _is_stream_id(after):
+        raise BadRequest("`Last-Event-ID` is not an event id.")
+    stream = service.watch(g.principal, job_id, after=after, max_s=service.settings.sse_max_s)
+    first = next(stream)  # ownership is checked here, before any byte of the stream is sent
+
+    def generate() -> Iterator[str]:
+        yield "retry: 1000\n\n"
+        for event_id, record in _chain(first, stream):
+            prefix = f"id: {event_id}\n" if event_id else ""
+            yield f"{prefix}event: handle\ndata: {json.dumps(detailed(record))}\n\n"
+
+    response = Response(stream_with_context(generate()), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response
+
+
+def _chain(first: tuple[str, JobRecord], rest: Iterator[tuple[str, JobRecord]]) -> Iterator[tuple[str, JobRecord]]:
+    yield first
+    yield from rest
+
+
+def _is_stream_id(value: str) -> bool:
+    ms, sep, seq = value.partition("-")
+    return bool(sep) and ms.isdigit() and seq.isdigit()
+
+
+@bp.get("/operations")
+def operations() -> Response:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    settings = runtime.settings
+    out = []
+    for spec in runtime.registry:
+        out.append({
+            "name": spec.name,
+            "description": spec.description,
+            "paramsSchema": runtime.registry.json_schema(spec.name),
+            "ttlMs": int(1000 * min(spec.ttl_s or settings.default_ttl_s, settings.max_ttl_s)),
+            "pollIntervalMs": int(1000 * (spec.poll_interval_s or settings.default_poll_s)),
+        })
+    return jsonify({"operations": out})

@@ -1,0 +1,53 @@
+"""Errors to `application/problem+json` (RFC 9457), in one place, from `ERROR_MAP`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
+
+from tasks_backend.errors import PROBLEM_TYPE_BASE, ServiceUnavailable, TasksBackendError, mapping_for
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+
+def problem(status: int, slug: str, title: str, detail: str, extra: dict[str, Any] | None = None) -> Response:
+    body: dict[str, Any] = {"type": PROBLEM_TYPE_BASE + slug, "title": title, "status": status, "detail": detail}
+    body.update(extra or {})
+    response = jsonify(body)
+    response.status_code = status
+    response.mimetype = PROBLEM_JSON
+    return response
+
+
+def from_error(exc: TasksBackendError) -> Response:
+    row = mapping_for(exc)
+    response = problem(row.http_status, row.slug, row.title, exc.detail, exc.extra)
+    if row.http_status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="tasks-backend"'
+    if isinstance(exc, ServiceUnavailable):
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(TasksBackendError)
+    def _ours(exc: TasksBackendError) -> Response:
+        return from_error(exc)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        slug = (exc.name or "error").lower().replace(" ", "-")
+        response = problem(code, slug, exc.name or "Error", exc.description or "")
+        if code == 405 and exc.get_response().headers.get("Allow"):
+            response.headers["Allow"] = exc.get_response().headers["Allow"]
+        return response
+
+    @app.errorhandler(Exception)
+    def _internal(exc: Exception) -> Response:
+        log.exception("unhandled error")
+        return problem(500, "internal", "Internal error", "An unexpected error occurred.")

@@ -1,0 +1,111 @@
+"""Who is calling: bearer tokens (static, from a digest file, or JWTs) mapped to principals.
+
+Secrets are compared in constant time against every configured digest (no early exit), and never
+logged. A token file is re-read when it changes, so `tasks-backend token add` needs no restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+
+import jwt
+
+from .config import Settings
+from .errors import Unauthenticated
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    admin: bool = False
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def parse_static_tokens(spec: str) -> list[tuple[str, str]]:
+    """`principal:token,principal:token` -> [(principal, sha256 digest)]."""
+    out: list[tuple[str, str]] = []
+    for item in spec.split(","):
+        principal, sep, token = item.strip().partition(":")
+        if sep and principal and token:
+            out.append((principal, token_digest(token)))
+    return out
+
+
+def parse_token_file(text: str) -> list[tuple[str, str]]:
+    """Lines of `principal:sha256-hex`; blank lines and `#` comments are skipped."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        principal, sep, digest = line.partition(":")
+        digest = digest.strip().lower()
+        if sep and principal.strip() and len(digest) == 64:
+            out.append((principal.strip(), digest))
+    return out
+
+
+class Authenticator:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._static = parse_static_tokens(settings.tokens or "")
+        self._file_entries: list[tuple[str, str]] = []
+        self._file_stamp: tuple[float, int] | None = None
+        self._jwt_key = settings.jwt_public_key or settings.jwt_secret
+        self._jwt_algorithms = ["RS256"] if settings.jwt_public_key else ["HS256"]
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._static or self.settings.tokens_file or self._jwt_key)
+
+    def _file_tokens(self) -> list[tuple[str, str]]:
+        path = self.settings.tokens_file
+        if not path:
+            return []
+        try:
+            st = os.stat(path)
+        except OSError:
+            return []
+        stamp = (st.st_mtime, st.st_size)
+        if stamp != self._file_stamp:
+            with open(path, encoding="utf-8") as fh:
+                self._file_entries = parse_token_file(fh.read())
+            self._file_stamp = stamp
+        return self._file_entries
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        scheme, _, token = (authorization or "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or len(token) > 8192:
+            raise Unauthenticated()
+        name = self._match_digest(token)
+        if name is None and self._jwt_key and token.count(".") == 2:
+            name = self._match_jwt(token)
+        if name is None:
+            raise Unauthenticated()
+        return Principal(name=name, admin=name in self.settings.admins)
+
+    def _match_digest(self, token: str) -> str | None:
+        digest = token_digest(token)
+        found: str | None = None
+        for principal, expected in (*self._static, *self._file_tokens()):
+            if hmac.compare_digest(digest, expected) and found is None:
+                found = principal
+        return found
+
+    def _match_jwt(self, token: str) -> str | None:
+        assert self._jwt_key is not None
+        try:
+            claims = jwt.decode(token, self._jwt_key, algorithms=self._jwt_algorithms,
+                                audience=self.settings.jwt_audience, issuer=self.settings.jwt_issuer,
+                                options={"require": ["sub", "exp"]})
+        except jwt.PyJWTError:
+            return None
+        sub = claims.get("sub")
+        return sub if isinstance(sub, str) and sub else None

@@ -1,0 +1,157 @@
+"""`tasks-backend`: start the system (`run`) or one of its processes (`web`, `worker`, `sweeper`, `flower`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from .embedded import EmbeddedRedis, free_port
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """tasks-backend: long-running jobs behind task handles."""
+    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tasks_backend.cli", *args]
+
+
+@main.command()
+@click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
+@click.option("--bind", default=None, help="host:port (default 0.0.0.0:$PORT, PORT default 8000)")
+def web(workers: int, bind: str | None) -> None:
+    """Serve the HTTP, MCP and A2A APIs under gunicorn."""
+    bind = bind or f"0.0.0.0:{os.environ.get('PORT', '8000')}"
+    os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers),
+                               "--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30",
+                               "--access-logfile", "-", "adapters.app:create_app()"])
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def worker(ctx: click.Context) -> None:
+    """Run a Celery worker (extra arguments go to `celery worker`)."""
+    from workers.main import start_worker
+
+    start_worker(ctx.args)
+
+
+@main.command()
+def sweeper() -> None:
+    """Run the sweeper loop (safe to run on several machines)."""
+    from .runtime import build_runtime
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        build_runtime().sweeper().run_forever(stop)
+    except KeyboardInterrupt:
+        pass
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def flower(ctx: click.Context) -> None:
+    """Run Flower behind basic auth (FLOWER_BASIC_AUTH=user:password)."""
+    from workers.main import start_flower
+
+    auth = os.environ.get("FLOWER_BASIC_AUTH")
+    if not auth and os.environ.get("TASKS_BACKEND_DEV") != "1":
+        raise click.ClickException("FLOWER_BASIC_AUTH=user:password is required outside development.")
+    args = [f"--port={os.environ.get('FLOWER_PORT', '5555')}", "--address=0.0.0.0", *ctx.args]
+    if auth:
+        args.append(f"--basic-auth={auth}")
+    start_flower(args)
+
+
+@main.command()
+@click.option("--data-dir", default=".tasks-backend", show_default=True, help="where the embedded Redis keeps its AOF")
+def run(data_dir: str) -> None:
+    """Start everything on this machine: Redis (embedded unless REDIS_URL is set), web, worker, sweeper, Flower."""
+    env = dict(os.environ)
+    env["TASKS_BACKEND_DEV"] = "1"
+    redis_server: EmbeddedRedis | None = None
+    if not env.get("REDIS_URL"):
+        path = Path(data_dir, "redis")
+        path.mkdir(parents=True, exist_ok=True)
+        redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
+        env["REDIS_URL"] = redis_server.url
+    token = None
+    if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
+            or env.get("TASKS_BACKEND_JWT_SECRET") or env.get("TASKS_BACKEND_JWT_PUBLIC_KEY")):
+        token = secrets.token_urlsafe(24)
+        env["TASKS_BACKEND_TOKENS"] = f"dev:{token}"
+    env.setdefault("FLOWER_BASIC_AUTH", f"admin:{secrets.token_urlsafe(12)}")
+    port = env.setdefault("PORT", "8000")
+    flower_port = env.setdefault("FLOWER_PORT", "5555")
+
+    procs = {
+        "web": subprocess.Popen(_python("web", "--bind", f"127.0.0.1:{port}"), env=env),
+        "worker": subprocess.Popen(_python("worker", "--concurrency", "2"), env=env),
+        "sweeper": subprocess.Popen(_python("sweeper"), env=env),
+        "flower": subprocess.Popen(_python("flower", "--address=127.0.0.1"), env=env),
+    }
+    _banner(port, flower_port, token, env["FLOWER_BASIC_AUTH"], redis_server)
+    _supervise(procs)
+    if redis_server:
+        redis_server.stop()
+
+
+def _banner(port: str, flower_port: str, token: str | None, flower_auth: str, server: EmbeddedRedis | None) -> None:
+    shown = token or "<one of your TASKS_BACKEND_TOKENS>"
+    lines = [
+        "",
+        f"tasks-backend is starting on http://127.0.0.1:{port}",
+        f"  Redis:  {server.url + ' (embedded)' if server else 'REDIS_URL'}",
+        f"  Flower: http://127.0.0.1:{flower_port}  (basic auth {flower_auth})",
+        f"  Token:  {shown}" + ("  (development token, made for this run)" if token else ""),
+        "",
+        "Try:",
+        f"  export TOKEN={shown}",
+        f"  curl -s -X POST http://127.0.0.1:{port}/v1/jobs -H \"Authorization: Bearer $TOKEN\" \\",
+        "       -H 'Content-Type: application/json' -d '{\"operation\": \"demo.sleep\", \"params\": {\"seconds\": 5}}'",
+        f"  curl -s http://127.0.0.1:{port}/v1/jobs/<taskId> -H \"Authorization: Bearer $TOKEN\"",
+        "",
+    ]
+    click.echo("\n".join(lines))
+
+
+def _supervise(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping.is_set():
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                click.echo(f"{name} exited with {proc.returncode}; stopping", err=True)
+                stopping.set()
+        stopping.wait(0.5)
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for proc in procs.values():
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Settings, read from the environment once and passed explicitly to every factory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DEMO_JOBS = "tasks_backend.demo"
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    broker_url: str | None = None
+    key_prefix: str = "tb"
+    job_modules: tuple[str, ...] = (DEMO_JOBS,)
+    queue: str = "tasks_backend"
+
+    tokens: str | None = None
+    tokens_file: str | None = None
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    admins: tuple[str, ...] = ()
+
+    default_ttl_s: float = 86400.0
+    max_ttl_s: float = 30 * 86400.0
+    default_poll_s: float = 2.0
+
+    lease_s: float = 30.0
+    max_attempts: int = 5
+    queued_grace_s: float = 30.0
+    sweep_interval_s: float = 5.0
+    visibility_timeout_s: float = 4 * 3600.0
+
+    redis_socket_timeout_s: float = 2.0
+    max_body_bytes: int = 1024 * 1024
+    sse_max_s: float = 25.0
+    celery_overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def effective_broker_url(self) -> str:
+        return self.broker_url or self.redis_url
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read `TASKS_BACKEND_*`, `REDIS_URL` and `CELERY_BROKER_URL`; keyword overrides win."""
+        e = os.environ if env is None else env
+        modules = e.get("TASKS_BACKEND_JOBS") or DEMO_JOBS
+        values: dict[str, Any] = {
+            "redis_url": e.get("REDIS_URL") or cls.redis_url,
+            "broker_url": e.get("CELERY_BROKER_URL") or None,
+            "key_prefix": e.get("TASKS_BACKEND_KEY_PREFIX") or cls.key_prefix,
+            "job_modules": tuple(m.strip() for m in modules.split(",") if m.strip()),
+            "queue": e.get("TASKS_BACKEND_QUEUE") or cls.queue,
+            "tokens": e.get("TASKS_BACKEND_TOKENS") or None,
+            "tokens_file": e.get("TASKS_BACKEND_TOKENS_FILE") or None,
+            "jwt_secret": e.get("TASKS_BACKEND_JWT_SECRET") or None,
+            "jwt_public_key": e.get("TASKS_BACKEND_JWT_PUBLIC_KEY") or None,
+            "jwt_audience": e.get("TASKS_BACKEND_JWT_AUDIENCE") or None,
+            "jwt_issuer": e.get("TASKS_BACKEND_JWT_ISSUER") or None,
+            "admins": tuple(a.strip() for a in (e.get("TASKS_BACKEND_ADMINS") or "").split(",") if a.strip()),
+            "default_ttl_s": _float(e, "TASKS_BACKEND_DEFAULT_TTL", cls.default_ttl_s),
+            "max_ttl_s": _float(e, "TASKS_BACKEND_MAX_TTL", cls.max_ttl_s),
+            "default_poll_s": _float(e, "TASKS_BACKEND_DEFAULT_POLL_INTERVAL", cls.default_poll_s),
+            "lease_s": _float(e, "TASKS_BACKEND_LEASE", cls.lease_s),
+            "max_attempts": _int(e, "TASKS_BACKEND_MAX_ATTEMPTS", cls.max_attempts),
+            "queued_grace_s": _float(e, "TASKS_BACKEND_QUEUED_GRACE", cls.queued_grace_s),
+            "sweep_interval_s": _float(e, "TASKS_BACKEND_SWEEP_INTERVAL", cls.sweep_interval_s),
+            "visibility_timeout_s": _float(e, "TASKS_BACKEND_VISIBILITY_TIMEOUT", cls.visibility_timeout_s),
+            "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
+            "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),
+            "sse_max_s": _float(e, "TASKS_BACKEND_SSE_MAX", cls.sse_max_s),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)

@@ -1,0 +1,94 @@
+"""Publishing "run job <id>" to the broker, and the Celery settings every process shares.
+
+The web app publishes by task name through a producer-only Celery app, so `tasks_backend` never
+imports the workers package. Broker options must be the same in every process that uses the broker
+(the shortest visibility timeout of any of them wins), hence one function builds them for all.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from celery import Celery
+
+from .config import Settings
+from .errors import DispatchUnavailable
+
+RUN_TASK = "tasks_backend.run"
+log = logging.getLogger(__name__)
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    broker_options: dict[str, Any] = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_interval": min(10.0, settings.visibility_timeout_s),
+        "unacked_restore_throttle": 1,
+        "socket_timeout": 30,
+        "socket_connect_timeout": 2,
+        "socket_keepalive": True,
+        "health_check_interval": 25,
+        # A replayed LPUSH after a lost reply would publish twice; our claim makes that harmless,
+        # but there is no reason to invite it.
+        "retry_on_timeout": False,
+    }
+    config: dict[str, Any] = {
+        "broker_url": settings.effective_broker_url,
+        "broker_transport_options": broker_options,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_timeout": 2,
+        "task_default_queue": settings.queue,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        # Our job record is the source of truth; Celery's result store would only go stale.
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "task_track_started": True,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_disable_prefetch": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_hijack_root_logger": False,
+        "task_publish_retry": True,
+        "task_publish_retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
+                                      "interval_max": 0.5},
+    }
+    config.update(settings.celery_overrides)
+    return config
+
+
+class Dispatcher(Protocol):
+    def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None: ...
+
+    def ping(self) -> bool: ...
+
+
+class CeleryDispatcher:
+    """Publishes by task name; the message carries only the job id (params stay in Redis)."""
+
+    def __init__(self, settings: Settings, app: Celery | None = None) -> None:
+        self.settings = settings
+        if app is None:
+            app = Celery("tasks_backend.producer", set_as_current=False)
+            app.conf.update(celery_config(settings))
+        self.app = app
+
+    def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
+        try:
+            self.app.send_task(RUN_TASK, args=[job_id], task_id=job_id, queue=self.settings.queue,
+                               countdown=countdown_s, shadow=operation, argsrepr=f"[{operation!r}, {job_id!r}]")
+        except Exception as exc:  # kombu raises a zoo of transport errors; all mean "not published"
+            log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
+            raise DispatchUnavailable() from exc
+
+    def ping(self) -> bool:
+        try:
+            with self.app.connection_for_write() as conn:
+                conn.ensure_connection(max_retries=1, timeout=2)
+            return True
+        except Exception:
+            return False

@@ -1,0 +1,137 @@
+"""The domain model: job states, the one transition table, and the job record.
+
+Everything else (Lua scripts, protocol tables, adapters) derives from the definitions here.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life. Our own record is the source of truth, never Celery's backend."""
+
+    QUEUED = "queued"
+    """Accepted and published (or about to be republished by the sweeper); no worker holds it."""
+    RUNNING = "running"
+    """A worker holds the lease and is running the job function."""
+    INPUT_REQUIRED = "input_required"
+    """Parked until every open input request is answered; holds no worker."""
+    COMPLETED = "completed"
+    """The job function returned; its result is stored."""
+    FAILED = "failed"
+    """The job function raised, or the job used up its attempts; the error is stored."""
+    CANCELLED = "cancelled"
+    """Stopped on request (or abandoned at the end of its TTL)."""
+
+
+TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    # running -> queued: a lapsed lease (dead worker) or a transient error being retried.
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {JobState.QUEUED, JobState.INPUT_REQUIRED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.INPUT_REQUIRED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    JobState.COMPLETED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def sources_of(target: JobState) -> tuple[JobState, ...]:
+    """The states from which `target` may be entered, in declaration order."""
+    return tuple(s for s in JobState if target in ALLOWED_TRANSITIONS[s])
+
+
+class SubmitOutcome(enum.Enum):
+    """What a submit did. A repeated idempotency key returns the existing handle rather than raising."""
+
+    CREATED = "created"
+    EXISTING = "existing"
+
+
+def now_ms() -> int:
+    return int(datetime.now(UTC).timestamp() * 1000)
+
+
+def rfc3339(ms: int) -> str:
+    """Milliseconds since the epoch as RFC 3339 UTC with a `Z` suffix."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job as stored. Persistence lives in the store; this is only the data."""
+
+    id: str
+    owner: str
+    operation: str
+    state: JobState
+    created_ms: int
+    updated_ms: int
+    ttl_ms: int
+    poll_ms: int
+    params: dict[str, Any] = field(default_factory=dict)
+    status_message: str | None = None
+    progress: float | None = None
+    total: float | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    input_requests: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    attempts: int = 0
+    retries: int = 0
+    token: int = 0
+    lease_until_ms: int = 0
+    idempotency_key: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def expires_ms(self) -> int:
+        return self.created_ms + self.ttl_ms
+
+    @classmethod
+    def from_hash(cls, job_id: str, raw: dict[str, str]) -> JobRecord:
+        """Build a record from the job hash (field names as written by the store's scripts)."""
+
+        def num(name: str) -> float | None:
+            value = raw.get(name)
+            return float(value) if value not in (None, "") else None
+
+        def js(name: str) -> Any:
+            value = raw.get(name)
+            return json.loads(value) if value else None
+
+        return cls(
+            id=job_id,
+            owner=raw["owner"],
+            operation=raw["op"],
+            state=JobState(raw["state"]),
+            created_ms=int(raw["created"]),
+            updated_ms=int(raw["updated"]),
+            ttl_ms=int(raw["ttl"]),
+            poll_ms=int(raw["poll"]),
+            params=js("params") or {},
+            status_message=raw.get("msg") or None,
+            progress=num("done"),
+            total=num("total"),
+            result=js("result"),
+            error=js("error"),
+            input_requests=js("inreq"),
+            cancel_requested=raw.get("cancel") == "1",
+            attempts=int(raw.get("attempts") or 0),
+            retries=int(raw.get("retries") or 0),
+            token=int(raw.get("token") or 0),
+            lease_until_ms=int(raw.get("lease") or 0),
+            idempotency_key=raw.get("idem") or None,
+        )

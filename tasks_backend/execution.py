@@ -1,0 +1,265 @@
+"""Running one job on a worker: claim, the job context, lease keeping, and recording the outcome.
+
+Delivery is at least once, so this is where "runs once" is made: a claim is a lease with a fencing
+token, every write carries the token (a worker that lost its lease can change nothing), recorded
+steps and answers are replayed instead of re-run, and a job that waits for a person returns its
+worker to the pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from marshmallow import Schema
+
+from .config import Settings
+from .dispatch import Dispatcher
+from .domain import JobRecord, JobState, now_ms
+from .errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
+from .registry import JobSpec, Registry
+from .store import RedisStore
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+# Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
+class JobCancelled(BaseException):
+    """Raised at a cancellation point after the job was asked to stop."""
+
+
+class LeaseLost(BaseException):
+    """This worker no longer holds the job (its lease lapsed, or the job expired or finished)."""
+
+
+class _Parked(BaseException):
+    def __init__(self, requests: dict[str, Any], message: str) -> None:
+        self.requests = requests
+        self.message = message
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _durable(call: Callable[[], T], tolerance_s: float) -> T:
+    """Retry a write through a Redis outage; the lease and the sweeper cover anything longer."""
+    deadline = time.monotonic() + tolerance_s
+    delay = 0.05
+    while True:
+        try:
+            return call()
+        except StoreUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class LeaseKeeper(threading.Thread):
+    """Renews the lease while the job runs, and notices cancellation and lost leases between checks."""
+
+    def __init__(self, store: RedisStore, job_id: str, token: int, lease_ms: int) -> None:
+        super().__init__(name=f"lease-{job_id[:8]}", daemon=True)
+        self.store, self.job_id, self.token, self.lease_ms = store, job_id, token, lease_ms
+        self.stop_event = threading.Event()
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+
+    def run(self) -> None:
+        interval = self.lease_ms / 3000
+        while not self.stop_event.wait(interval):
+            try:
+                state = self.store.renew(self.job_id, self.token, now_ms=now_ms(), lease_ms=self.lease_ms)
+            except StoreUnavailable:
+                continue
+            if state < 0:
+                self.lost.set()
+                return
+            if state == 1:
+                self.cancelled.set()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+
+class JobContext:
+    """What a job function gets as `ctx`."""
+
+    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: LeaseKeeper) -> None:
+        self._executor = executor
+        self._store = executor.store
+        self._keeper = keeper
+        self._token = token
+        self._tolerance = executor.settings.lease_s * 10
+        self.job_id = record.id
+        self.operation = record.operation
+        self.attempt = record.attempts + 1
+        self._last_progress = 0.0
+        self._last_check = 0.0
+
+    # -- progress and cancellation ----------------------------------------------
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress. Cheap to call often: writes are coalesced to a few per second."""
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        try:
+            state = self._store.progress(self.job_id, self._token, now_ms=now_ms(), message=message,
+                                         done=done, total=total)
+        except StoreUnavailable:
+            return  # progress is advisory; the next call or the outcome will carry on
+        self._observe(state)
+
+    def _observe(self, state: int) -> None:
+        if state < 0:
+            self._keeper.lost.set()
+        elif state == 1:
+            self._keeper.cancelled.set()
+        self._last_check = time.monotonic()
+
+    @property
+    def cancelled(self) -> bool:
+        if self._keeper.cancelled.is_set() or self._keeper.lost.is_set():
+            return True
+        if time.monotonic() - self._last_check > 0.05:
+            try:
+                flag = self._store.cancel_requested(self.job_id, self._token)
+            except StoreUnavailable:
+                return False
+            self._observe(-1 if flag is None else int(flag))
+        return self._keeper.cancelled.is_set() or self._keeper.lost.is_set()
+
+    def check_cancelled(self) -> None:
+        """A cancellation point: raises if the job was cancelled or this worker lost it."""
+        if self.cancelled:
+            if self._keeper.lost.is_set():
+                raise LeaseLost()
+            raise JobCancelled()
+
+    # -- durability --------------------------------------------------------------
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run `fn` once for this job and record its JSON result; a replay returns the record."""
+        recorded = _durable(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
+        if recorded is not None:
+            return json.loads(recorded)  # type: ignore[no-any-return]
+        self.check_cancelled()
+        value = fn()
+        encoded = json.dumps(value)
+        outcome, stored = _durable(
+            lambda: self._store.record_step(self.job_id, self._token, name, encoded, now_ms=now_ms()),
+            self._tolerance)
+        if outcome == "fenced":
+            raise LeaseLost()
+        return json.loads(stored)  # type: ignore[no-any-return]
+
+    def idempotency_key(self, name: str) -> str:
+        """A key stable across every replay of this job, for downstream APIs that deduplicate."""
+        return hashlib.sha256(f"{self.job_id}:{name}".encode()).hexdigest()[:32]
+
+    def ask(self, key: str, message: str, schema: dict[str, Any] | type[Schema] | Schema | None = None) -> Any:
+        """The answer to `key` if one was given (None if declined); otherwise park the job and ask."""
+        recorded = _durable(lambda: self._store.answer(self.job_id, key), self._tolerance)
+        if recorded is not None:
+            answer = json.loads(recorded)
+            return answer.get("content") if answer.get("action") == "accept" else None
+        request = {"method": "elicitation/create",
+                   "params": {"mode": "form", "message": message,
+                              "requestedSchema": self._executor.registry.form_schema(schema)}}
+        raise _Parked({key: request}, message)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking early (and raising) if the job is cancelled or lost meanwhile."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.check_cancelled()
+            self._keeper.cancelled.wait(min(left, 0.1))
+        self.check_cancelled()
+
+
+class Executor:
+    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+                 name: str | None = None) -> None:
+        self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
+        self.name = name or worker_name()
+        self.lease_ms = int(settings.lease_s * 1000)
+
+    def run(self, job_id: str) -> str:
+        """Run the job if it is ours to run; returns what happened (for logs and tests)."""
+        outcome, token = self.store.claim(
+            job_id, now_ms=now_ms(), lease_ms=self.lease_ms, worker=self.name,
+            max_attempts=self.settings.max_attempts,
+            exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
+                                        "the worker running it was lost each time.", "type": "WorkerLost"})
+        if outcome != "ok":
+            return outcome
+        record = self.store.get(job_id)
+        if record is None:
+            return "missing"
+        keeper = LeaseKeeper(self.store, job_id, token, self.lease_ms)
+        keeper.start()
+        try:
+            return self._execute(record, token, keeper)
+        finally:
+            keeper.stop()
+
+    def _execute(self, record: JobRecord, token: int, keeper: LeaseKeeper) -> str:
+        ctx = JobContext(self, record, token, keeper)
+        spec: JobSpec | None = None
+        try:
+            spec = self.registry.get(record.operation)
+            params = spec.load_params(record.params)
+            result = spec.fn(ctx, **params)
+            encoded = json.dumps(result)
+        except _Parked as parked:
+            return self._finish(record.id, token, JobState.INPUT_REQUIRED, {
+                "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
+                "attempts": "0"})
+        except JobCancelled:
+            return self._finish(record.id, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": ""})
+        except LeaseLost:
+            return "lost"
+        except Exception as exc:
+            if spec is not None and isinstance(exc, spec.retry_on):
+                retried = self._retry(record, token, spec, exc)
+                if retried:
+                    return retried
+            log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
+            return self._finish(record.id, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": ""})
+        return self._finish(record.id, token, JobState.COMPLETED, {"result": encoded, "lease": ""})
+
+    def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:
+        retries = record.retries
+        if retries >= spec.max_retries:
+            return None
+        delay = spec.retry_backoff_s * (2**retries)
+        outcome = self._finish(record.id, token, JobState.QUEUED, {
+            "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
+            "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."})
+        if outcome == "queued":
+            self.store.reschedule_sweep(record.id, now_ms() + int(1000 * (delay + self.settings.queued_grace_s)))
+            try:
+                self.dispatcher.publish(record.id, record.operation, countdown_s=delay)
+            except DispatchUnavailable:
+                self.store.reschedule_sweep(record.id, now_ms() + int(1000 * delay))
+        return outcome
+
+    def _finish(self, job_id: str, token: int, target: JobState, fields: dict[str, str]) -> str:
+        outcome, _ = _durable(lambda: self.store.transition(job_id, target, token=token, fields=fields,
+                                                            now_ms=now_ms()), self.settings.lease_s * 10)
+        return target.value if outcome == "ok" else outcome
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    message = exc.detail if isinstance(exc, TasksBackendError) else str(exc)
+    return {"message": message or type(exc).__name__, "type": type(exc).__name__}

@@ -1,0 +1,58 @@
+"""Every Redis key the product writes is built here, from one prefix.
+
+Per-job keys share the hash tag `{<id>}` so that one job lives in one Redis Cluster slot; an owner's
+index and idempotency records share the tag `{o:<owner digest>}`. Scripts never mix the two groups.
+Every key gets a TTL: per-job keys expire at the job's `createdAt + ttlMs`; indexes at the TTL ceiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+def _digest(value: str, size: int = 16) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[: size * 2]
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    # -- one job -------------------------------------------------------------
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:{{{job_id}}}:job"
+
+    def events(self, job_id: str) -> str:
+        return f"{self.prefix}:{{{job_id}}}:events"
+
+    def steps(self, job_id: str) -> str:
+        return f"{self.prefix}:{{{job_id}}}:steps"
+
+    def answers(self, job_id: str) -> str:
+        return f"{self.prefix}:{{{job_id}}}:answers"
+
+    def job_keys(self, job_id: str) -> list[str]:
+        """All keys of one job, in the order the Lua scripts expect them."""
+        return [self.job(job_id), self.events(job_id), self.steps(job_id), self.answers(job_id)]
+
+    # -- one owner -----------------------------------------------------------
+    def owner_tag(self, owner: str) -> str:
+        return f"{self.prefix}:{{o:{_digest(owner, 12)}}}"
+
+    def owner_index(self, owner: str) -> str:
+        return f"{self.owner_tag(owner)}:jobs"
+
+    def idempotency(self, owner: str, key: str) -> str:
+        return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
+
+    # -- global --------------------------------------------------------------
+    def sweep(self) -> str:
+        """Jobs the sweeper must look at, scored by when (ms)."""
+        return f"{self.prefix}:sweep"
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}:lock:{name}"
+
+    def pattern(self) -> str:
+        return f"{self.prefix}:*"

@@ -1,0 +1,135 @@
+"""Jobs: the `job` decorator and the registry built from the modules that configuration names.
+
+The decorator only marks a function; nothing is registered at import time. `Registry.from_modules`
+imports the named modules and collects the marked functions, so the web app and the workers build the
+same registry from the same setting, and two registries can coexist in one process (tests).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema, ValidationError
+
+from .errors import InvalidParams, UnknownOperation
+
+_MARK = "__tasks_backend_job__"
+
+
+class _NoParams(Schema):
+    pass
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    fn: Callable[..., Any]
+    params: type[Schema]
+    ttl_s: float | None
+    poll_interval_s: float | None
+    description: str
+    retry_on: tuple[type[BaseException], ...] = ()
+    max_retries: int = 3
+    retry_backoff_s: float = 1.0
+    _schema: Schema = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_schema", self.params())
+
+    def load_params(self, raw: Any) -> dict[str, Any]:
+        """Validate and deserialize params; errors name the offending fields."""
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise InvalidParams("`params` must be a JSON object.")
+        try:
+            loaded = self._schema.load(raw)
+        except ValidationError as exc:
+            raise InvalidParams("The parameters do not match the operation's schema.",
+                                extra={"errors": exc.normalized_messages()}) from exc
+        return dict(loaded)
+
+    def dump_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Loaded params back to JSON-safe values (for storage)."""
+        return dict(self._schema.dump(params))
+
+
+def job(name: str, *, params: type[Schema] | None = None, ttl: float | None = None,
+        poll_interval: float | None = None, description: str = "",
+        retry_on: Iterable[type[BaseException]] = (), max_retries: int = 3,
+        retry_backoff: float = 1.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark `fn(ctx, **params)` as the job `name`.
+
+    `ttl` and `poll_interval` are seconds. `retry_on` lists exception types that mean "try again
+    later": the job is requeued with exponential backoff from `retry_backoff`, at most `max_retries`
+    times, replaying recorded steps.
+    """
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        spec = JobSpec(name=name, fn=fn, params=params or _NoParams, ttl_s=ttl, poll_interval_s=poll_interval,
+                       description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                       retry_on=tuple(retry_on), max_retries=max_retries, retry_backoff_s=retry_backoff)
+        setattr(fn, _MARK, spec)
+        return fn
+
+    return mark
+
+
+def _json_schema_converter() -> MarshmallowPlugin:
+    plugin = MarshmallowPlugin()
+    APISpec(title="tasks-backend", version="1", openapi_version="3.1.0", plugins=[plugin])
+    return plugin
+
+
+class Registry:
+    def __init__(self, specs: Iterable[JobSpec] = ()) -> None:
+        self._specs: dict[str, JobSpec] = {}
+        for spec in specs:
+            self.add(spec)
+        self._plugin = _json_schema_converter()
+        self._schemas: dict[str, dict[str, Any]] = {}
+
+    def add(self, spec: JobSpec) -> None:
+        existing = self._specs.get(spec.name)
+        if existing is not None and existing.fn is not spec.fn:
+            raise ValueError(f"job {spec.name!r} is registered twice")
+        self._specs[spec.name] = spec
+
+    @classmethod
+    def from_modules(cls, modules: Iterable[str]) -> Registry:
+        specs: list[JobSpec] = []
+        for module_name in modules:
+            module = importlib.import_module(module_name)
+            specs.extend(getattr(obj, _MARK) for obj in vars(module).values() if hasattr(obj, _MARK))
+        return cls(specs)
+
+    def get(self, name: str) -> JobSpec:
+        spec = self._specs.get(name) if isinstance(name, str) else None
+        if spec is None:
+            raise UnknownOperation(extra={"operations": sorted(self._specs)})
+        return spec
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._specs.values(), key=lambda s: s.name))
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def form_schema(self, schema: dict[str, Any] | type[Schema] | Schema | None) -> dict[str, Any]:
+        """A JSON Schema for an input request, from a dict or a marshmallow schema."""
+        if schema is None:
+            return {"type": "object", "properties": {}}
+        if isinstance(schema, dict):
+            return schema
+        return dict(self._plugin.converter.schema2jsonschema(schema))
+
+    def json_schema(self, name: str) -> dict[str, Any]:
+        """The JSON Schema of an operation's params, as published by every protocol."""
+        if name not in self._schemas:
+            self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))
+        return self._schemas[name]

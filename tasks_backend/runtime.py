@@ -1,0 +1,48 @@
+"""Factories that wire settings into the store, registry, dispatcher and service. No globals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .auth import Authenticator
+from .config import Settings
+from .dispatch import CeleryDispatcher, Dispatcher
+from .execution import Executor
+from .keys import Keys
+from .registry import Registry
+from .service import JobService
+from .store import RedisStore, connect
+from .sweeper import Sweeper
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: RedisStore
+    registry: Registry
+    dispatcher: Dispatcher
+    service: JobService
+
+    def executor(self, name: str | None = None) -> Executor:
+        return Executor(self.store, self.registry, self.dispatcher, self.settings, name)
+
+    def sweeper(self) -> Sweeper:
+        return Sweeper(self.store, self.dispatcher, self.settings)
+
+    def authenticator(self) -> Authenticator:
+        return Authenticator(self.settings)
+
+
+def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None,
+                  registry: Registry | None = None) -> Runtime:
+    settings = settings or Settings.from_env()
+    store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s), Keys(settings.key_prefix),
+                       max_ttl_ms=int(settings.max_ttl_s * 1000))
+    registry = registry or Registry.from_modules(settings.job_modules)
+    dispatcher = dispatcher or CeleryDispatcher(settings)
+    return Runtime(settings, store, registry, dispatcher, JobService(store, registry, dispatcher, settings))
+
+
+def connect_service(settings: Settings | None = None) -> JobService:
+    """The in-process API for existing applications: the same service the HTTP API uses."""
+    return build_runtime(settings).service

@@ -1,0 +1,294 @@
+"""JobService: the semantics every protocol adapter and the Python API share.
+
+submit (idempotent) · get · list · cancel · provide_input · watch. Every call that names a job checks
+that the caller owns it; another owner's job raises exactly the `JobNotFound` a missing one does.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import binascii
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .auth import Principal
+from .config import Settings
+from .dispatch import Dispatcher
+from .domain import JobRecord, JobState, SubmitOutcome, now_ms
+from .errors import (
+    BadRequest,
+    DispatchUnavailable,
+    IdempotencyConflict,
+    InvalidParams,
+    JobNotCancelable,
+    JobNotFound,
+    NotWaitingForInput,
+)
+from .registry import Registry
+from .states import STATES_FOR_STATUS
+from .store import Event, RedisStore
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 200
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _valid_id(job_id: Any) -> bool:
+    if not isinstance(job_id, str) or len(job_id) != 36:
+        return False
+    try:
+        return str(uuid.UUID(job_id)) == job_id
+    except ValueError:
+        return False
+
+
+def encode_cursor(created_ms: int, job_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{created_ms}:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, job_id = raw.partition(":")
+        if not _valid_id(job_id):
+            raise ValueError(job_id)
+        return int(created), job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not valid.") from exc
+
+
+def normalize_answer(value: Any) -> dict[str, Any]:
+    """An input response as an elicitation result: `{"action": ..., "content": {...}}`.
+
+    MCP clients send that shape; plain HTTP callers may send just the content.
+    """
+    if isinstance(value, dict) and value.get("action") in ("accept", "decline", "cancel"):
+        out: dict[str, Any] = {"action": value["action"]}
+        if value["action"] == "accept":
+            out["content"] = value.get("content", {})
+        return out
+    return {"action": "accept", "content": value}
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "boolean": (bool,), "object": (dict,), "array": (list,),
+    "number": (int, float), "integer": (int,),
+}
+
+
+def check_answer(schema: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """The problems of an accepted answer against the flat form schema elicitation allows."""
+    if answer["action"] != "accept":
+        return []
+    content = answer.get("content")
+    if not isinstance(content, dict):
+        return ["the answer must be a JSON object"]
+    problems = [f"{name}: required" for name in schema.get("required", []) if name not in content]
+    for name, prop in (schema.get("properties") or {}).items():
+        expected = _JSON_TYPES.get(prop.get("type", ""))
+        value = content.get(name)
+        if name in content and expected is not None and (
+            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+        ):
+            problems.append(f"{name}: must be {prop['type']}")
+        elif name in content and "enum" in prop and value not in prop["enum"]:
+            problems.append(f"{name}: must be one of {prop['enum']}")
+    return problems
+
+
+class JobService:
+    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+                 clock: Callable[[], int] = now_ms) -> None:
+        self.store = store
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.settings = settings
+        self.clock = clock
+
+    # -- submit ----------------------------------------------------------------
+    def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
+               idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+        owner = principal.name if isinstance(principal, Principal) else principal
+        spec = self.registry.get(operation)
+        stored_params = spec.dump_params(spec.load_params(params))
+        if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
+            raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")
+        request_hash = hashlib.sha256(canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
+        ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
+        poll_ms = int(1000 * (spec.poll_interval_s or self.settings.default_poll_s))
+
+        for _ in range(3):
+            job_id = str(uuid.uuid4())
+            created = self.clock()
+            fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "created": str(created),
+                      "updated": str(created), "ttl": str(ttl_ms), "poll": str(poll_ms),
+                      "exp": str(created + ttl_ms), "params": canonical_json(stored_params)}
+            if idempotency_key is not None:
+                fields["idem"] = idempotency_key
+            existing = self.store.create(fields, job_id, owner, created_ms=created, idem_key=idempotency_key,
+                                         idem_value=f"{job_id} {request_hash}", ttl_ms=ttl_ms,
+                                         sweep_at_ms=created + int(1000 * self.settings.queued_grace_s))
+            if existing is None:
+                record = JobRecord.from_hash(job_id, fields)
+                self._publish(record)
+                return record, SubmitOutcome.CREATED
+            self.store.discard(job_id)
+            assert idempotency_key is not None
+            other_id, _, other_hash = existing.partition(" ")
+            if other_hash != request_hash:
+                raise IdempotencyConflict()
+            record_or_none = self.store.get(other_id)
+            if record_or_none is not None:
+                return record_or_none, SubmitOutcome.EXISTING
+            # The job behind the key expired a moment ago: free the key and submit afresh.
+            self.store.release_idempotency(owner, idempotency_key, existing)
+        raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
+
+    def _ttl_ms(self, spec_ttl_s: float | None, requested_s: float | None) -> int:
+        ttl_s = requested_s if requested_s is not None else (spec_ttl_s or self.settings.default_ttl_s)
+        if ttl_s <= 0:
+            raise InvalidParams("The TTL must be positive.")
+        return int(1000 * min(ttl_s, self.settings.max_ttl_s))
+
+    def _publish(self, record: JobRecord, countdown_s: float | None = None) -> None:
+        """Publish; if the broker is down the job stays queued and the sweeper publishes it soon."""
+        try:
+            self.dispatcher.publish(record.id, record.operation, countdown_s)
+        except DispatchUnavailable:
+            try:
+                self.store.reschedule_sweep(record.id, self.clock())
+            except Exception:
+                log.warning("job %s left for the sweeper's regular pass", record.id)
+
+    # -- read ------------------------------------------------------------------
+    def get(self, principal: Principal, job_id: str) -> JobRecord:
+        if not _valid_id(job_id):
+            raise JobNotFound()
+        record = self.store.get(job_id)
+        if record is None or (record.owner != principal.name and not principal.admin):
+            raise JobNotFound()
+        return record
+
+    def list(self, principal: Principal, *, status: str | None = None, limit: int = 50,
+             cursor: str | None = None) -> tuple[list[JobRecord], str | None]:
+        """The caller's own jobs, newest first; `next_cursor` is None on the last page."""
+        if status is not None and status not in STATES_FOR_STATUS:
+            raise BadRequest(f"Unknown status; use one of {sorted(STATES_FOR_STATUS)}.")
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        wanted = STATES_FOR_STATUS[status] if status else None
+        position = decode_cursor(cursor) if cursor else None
+        out: list[JobRecord] = []
+        while len(out) < limit:
+            page = self.store.owner_page(principal.name, position, max(limit, 50))
+            if not page:
+                return out, None
+            records = self.store.get_many([job_id for job_id, _ in page])
+            gone = [job_id for (job_id, _), r in zip(page, records, strict=True) if r is None]
+            self.store.forget_for_owner(principal.name, gone)
+            for (job_id, created), record in zip(page, records, strict=True):
+                position = (created, job_id)
+                if record is not None and (wanted is None or record.state in wanted):
+                    out.append(record)
+                    if len(out) == limit:
+                        return out, encode_cursor(created, job_id)
+        return out, None
+
+    # -- change ----------------------------------------------------------------
+    def cancel(self, principal: Principal, job_id: str) -> JobRecord:
+        """Cancel: queued and parked jobs at once, a running one at its next cancellation check."""
+        if not _valid_id(job_id):
+            raise JobNotFound()
+        outcome = self.store.request_cancel(job_id, principal.name, now_ms=self.clock())
+        if outcome == "missing":
+            raise JobNotFound()
+        if outcome == "terminal":
+            raise JobNotCancelable()
+        return self.get(principal, job_id)
+
+    def provide_input(self, principal: Principal, job_id: str, responses: Any) -> JobRecord:
+        """Record answers to open input requests; once all are answered the job resumes."""
+        if not isinstance(responses, dict) or not responses:
+            raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
+        record = self.store.get(job_id) if _valid_id(job_id) else None
+        if record is None or record.owner != principal.name:
+            raise JobNotFound()
+        if record.state is not JobState.INPUT_REQUIRED:
+            raise NotWaitingForInput()
+        requests = record.input_requests or {}
+        answers: dict[str, str] = {}
+        problems: dict[str, list[str]] = {}
+        for key, value in responses.items():
+            if key not in requests:
+                continue  # unknown or superseded keys are ignored, as the MCP extension asks
+            answer = normalize_answer(value)
+            schema = requests[key].get("params", {}).get("requestedSchema") or {}
+            issues = check_answer(schema, answer)
+            if issues:
+                problems[key] = issues
+            answers[key] = canonical_json(answer)
+        if problems:
+            raise InvalidParams("Some answers do not match the requested schema.", extra={"errors": problems})
+        if answers:
+            outcome, _ = self.store.provide_input(job_id, record.owner, answers, now_ms=self.clock())
+            if outcome == "missing":
+                raise JobNotFound()
+            if outcome == "conflict":
+                raise NotWaitingForInput()
+            if outcome == "queued":
+                resumed = self.store.get(job_id)
+                if resumed is not None:
+                    self.store.reschedule_sweep(job_id, self.clock() + int(1000 * self.settings.queued_grace_s))
+                    self._publish(resumed)
+                    return resumed
+        return self.get(principal, job_id)
+
+    # -- follow ----------------------------------------------------------------
+    def watch(self, principal: Principal, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
+              block_ms: int = 1000) -> Iterator[tuple[str, JobRecord]]:
+        """Yield the job as it stands, then (event id, record) for each change after `after`, until
+        it is terminal or `max_s` has passed."""
+        record = self.get(principal, job_id)
+        deadline = time.monotonic() + max_s
+        yield "", record
+        if record.terminal:
+            return
+        last = after
+        while time.monotonic() < deadline:
+            events = self.store.events(job_id, last, block_ms)
+            if not events:
+                if self.store.get(job_id) is None:
+                    return
+                continue
+            last = events[-1].id
+            record = self._apply(record, events[-1])
+            yield last, record
+            if record.terminal:
+                return
+
+    def _apply(self, record: JobRecord, event: Event) -> JobRecord:
+        if event.state in (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED):
+            fresh = self.store.get(record.id)
+            if fresh is not None:
+                return fresh
+        return dataclasses.replace(record, state=event.state, updated_ms=event.updated_ms,
+                                   status_message=event.message, progress=event.progress, total=event.total)
+
+    def wait(self, principal: Principal, job_id: str, timeout_s: float) -> JobRecord:
+        """The job once it is terminal or waiting for input, or as it stands when `timeout_s` runs out."""
+        record = self.get(principal, job_id)
+        for _, record in self.watch(principal, job_id, max_s=timeout_s, block_ms=int(min(timeout_s, 1) * 1000)):
+            if record.terminal or record.state is JobState.INPUT_REQUIRED:
+                break
+        return record

@@ -1,0 +1,294 @@
+"""The only module that talks to Redis about jobs.
+
+Redis errors are translated here, at the boundary, into `StoreUnavailable`; nothing above sees a
+redis-py exception. Scripts are called by SHA inside plain pipelines (redis-py's `Script` objects would
+add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis restarted) is reloaded once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .domain import TERMINAL_STATES, JobRecord, JobState, sources_of
+from .errors import StoreUnavailable
+from .keys import Keys
+from .lua import SCRIPTS
+
+T = TypeVar("T")
+
+_TERMINAL_CSV = ",".join(sorted(TERMINAL_STATES))
+_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)
+
+
+def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
+    """A client that fails fast: callers turn a dead Redis into a 503, never into a hang."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=min(timeout_s, 1.0),
+        socket_keepalive=True,
+        health_check_interval=15,
+        retry=Retry(NoBackoff(), 1),
+    )
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    try:
+        yield
+    except _REDIS_DOWN as exc:
+        raise StoreUnavailable() from exc
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a job's feed."""
+
+    id: str
+    state: JobState
+    updated_ms: int
+    message: str | None
+    progress: float | None
+    total: float | None
+
+
+class RedisStore:
+    def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int) -> None:
+        self.redis = client
+        self.keys = keys
+        self.max_ttl_ms = max_ttl_ms
+        self._sha: dict[str, str] = {}
+
+    # -- script plumbing -------------------------------------------------------
+    def _load_scripts(self) -> None:
+        self._sha = {name: self.redis.script_load(body) for name, body in SCRIPTS.items()}
+
+    def _run(self, build: Callable[[Any], None]) -> list[Any]:
+        """Run `build(pipeline)` as one round trip, loading scripts on first use or after a restart."""
+        with redis_errors():
+            for attempt in (1, 2):
+                if not self._sha:
+                    self._load_scripts()
+                pipe = self.redis.pipeline(transaction=False)
+                build(pipe)
+                try:
+                    return pipe.execute()
+                except redis.exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+                    self._sha = {}
+        raise AssertionError("unreachable")
+
+    def _eval(self, pipe: Any, name: str, keys: Sequence[str], *args: Any) -> None:
+        pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+
+    def _job(self, name: str, job_id: str, *args: Any) -> Any:
+        return self._run(lambda p: self._eval(p, name, self.keys.job_keys(job_id), *args))[0]
+
+    # -- create and read -------------------------------------------------------
+    def create(self, fields: dict[str, str], job_id: str, owner: str, *, created_ms: int,
+               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int) -> str | None:
+        """Write a new job, index it for its owner and the sweeper, in one round trip.
+
+        Returns None when created, or the value already stored under the idempotency key (the job
+        written here is then an unindexed orphan, which the caller must `discard`).
+        """
+        owner_keys = [self.keys.owner_index(owner)]
+        if idem_key is not None:
+            owner_keys.append(self.keys.idempotency(owner, idem_key))
+        pairs = [x for kv in fields.items() for x in kv]
+
+        def build(p: Any) -> None:
+            self._eval(p, "create", self.keys.job_keys(job_id), created_ms, created_ms + ttl_ms, *pairs)
+            self._eval(p, "owner_index", owner_keys, job_id, created_ms, self.max_ttl_ms, idem_value, ttl_ms,
+                       created_ms - self.max_ttl_ms)
+            p.zadd(self.keys.sweep(), {job_id: sweep_at_ms})
+            p.pexpire(self.keys.sweep(), self.max_ttl_ms)
+
+        existing = self._run(build)[1]
+        return existing if existing is not None else None
+
+    def discard(self, job_id: str) -> None:
+        """Remove a job that was never handed out (it lost an idempotency race)."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.delete(*self.keys.job_keys(job_id))
+            pipe.zrem(self.keys.sweep(), job_id)
+            pipe.execute()
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with redis_errors():
+            raw = self.redis.hgetall(self.keys.job(job_id))
+        return JobRecord.from_hash(job_id, raw) if raw else None
+
+    def get_many(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        if not job_ids:
+            return []
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hgetall(self.keys.job(job_id))
+            rows = pipe.execute()
+        return [JobRecord.from_hash(i, r) if r else None for i, r in zip(job_ids, rows, strict=True)]
+
+    def idempotency_value(self, owner: str, key: str) -> str | None:
+        with redis_errors():
+            value = self.redis.get(self.keys.idempotency(owner, key))
+        return value if isinstance(value, str) else None
+
+    def release_idempotency(self, owner: str, key: str, value: str) -> None:
+        """Delete a stale idempotency record, only if it still holds `value`."""
+        k = self.keys.idempotency(owner, key)
+        with redis_errors():
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(k)
+                    if pipe.get(k) == value:
+                        pipe.multi()
+                        pipe.delete(k)
+                        pipe.execute()
+                except redis.WatchError:
+                    pass
+
+    def owner_page(self, owner: str, before: tuple[int, str] | None, count: int) -> list[tuple[str, int]]:
+        """Up to `count` (id, created ms) of an owner's jobs, newest first, strictly after the cursor."""
+        key = self.keys.owner_index(owner)
+        top: str | int = "+inf" if before is None else before[0]
+        with redis_errors():
+            rows = self.redis.zrevrangebyscore(key, top, "-inf", start=0, num=count + 64, withscores=True)
+        out: list[tuple[str, int]] = []
+        for member, score in rows:
+            entry = (str(member), int(score))
+            if before is not None and (entry[1], entry[0]) >= (before[0], before[1]):
+                continue
+            out.append(entry)
+            if len(out) == count:
+                break
+        return out
+
+    def forget_for_owner(self, owner: str, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            with redis_errors():
+                self.redis.zrem(self.keys.owner_index(owner), *job_ids)
+
+    def events(self, job_id: str, after: str, block_ms: int) -> list[Event]:
+        with redis_errors():
+            reply = self.redis.xread({self.keys.events(job_id): after}, count=100, block=block_ms)
+        out: list[Event] = []
+        for _stream, entries in reply or []:
+            for entry_id, f in entries:
+                out.append(Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
+                                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None))
+        return out
+
+    # -- state changes -----------------------------------------------------------
+    def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
+                   fields: dict[str, str] | None = None, now_ms: int) -> tuple[str, str]:
+        """Move a job to `target` if the state table allows it (and the token still fences it)."""
+        pairs = [x for kv in (fields or {}).items() for x in kv]
+        allowed = ",".join(sources_of(target))
+        outcome, before = self._run(lambda p: self._finish(p, job_id, target, token, allowed, owner, pairs,
+                                                           now_ms))[0]
+        return str(outcome), str(before)
+
+    def _finish(self, p: Any, job_id: str, target: JobState, token: int | None, allowed: str, owner: str,
+                pairs: list[str], now_ms: int) -> None:
+        self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, "" if token is None else token,
+                   target.value, allowed, _TERMINAL_CSV, owner, *pairs)
+        if target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED:
+            p.zrem(self.keys.sweep(), job_id)
+
+    def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
+              exhausted_error: dict[str, Any]) -> tuple[str, int]:
+        def build(p: Any) -> None:
+            self._eval(p, "claim", self.keys.job_keys(job_id), now_ms, lease_ms, worker, max_attempts,
+                       _TERMINAL_CSV, json.dumps(exhausted_error))
+            # Look again just after the lease would lapse: that is how a dead worker is noticed.
+            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1})
+
+        outcome, token = self._run(build)[0]
+        return str(outcome), int(token)
+
+    def renew(self, job_id: str, token: int, *, now_ms: int, lease_ms: int) -> int:
+        def build(p: Any) -> None:
+            self._eval(p, "renew", self.keys.job_keys(job_id), now_ms, token, lease_ms)
+            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1}, xx=True)
+
+        return int(self._run(build)[0])
+
+    def progress(self, job_id: str, token: int, *, now_ms: int, message: str | None,
+                 done: float | None, total: float | None) -> int:
+        def text(v: float | str | None) -> str:
+            return "" if v is None else str(v)
+
+        return int(self._job("progress", job_id, now_ms, token, text(message), text(done), text(total)))
+
+    def record_step(self, job_id: str, token: int, name: str, value_json: str, *, now_ms: int) -> tuple[str, str]:
+        outcome, value = self._job("step", job_id, now_ms, token, name, value_json)
+        return str(outcome), str(value)
+
+    def recorded_step(self, job_id: str, name: str) -> str | None:
+        with redis_errors():
+            value = self.redis.hget(self.keys.steps(job_id), name)
+        return value if isinstance(value, str) else None
+
+    def answer(self, job_id: str, key: str) -> str | None:
+        with redis_errors():
+            value = self.redis.hget(self.keys.answers(job_id), key)
+        return value if isinstance(value, str) else None
+
+    def cancel_requested(self, job_id: str, token: int) -> bool | None:
+        """True/False for the holder of `token`; None when the job is gone or no longer ours."""
+        with redis_errors():
+            state, current, cancel = self.redis.hmget(self.keys.job(job_id), ["state", "token", "cancel"])
+        if state != JobState.RUNNING or current != str(token):
+            return None
+        return cancel == "1"
+
+    def request_cancel(self, job_id: str, owner: str, *, now_ms: int) -> str:
+        def build(p: Any) -> None:
+            self._eval(p, "cancel", self.keys.job_keys(job_id), now_ms, owner, _TERMINAL_CSV)
+
+        return str(self._run(build)[0])
+
+    def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, now_ms: int) -> tuple[str, int]:
+        pairs = [x for kv in answers.items() for x in kv]
+        outcome, still_open = self._job("input", job_id, now_ms, owner, *pairs)
+        return str(outcome), int(still_open)
+
+    # -- sweeper -------------------------------------------------------------------
+    def due_for_sweep(self, now_ms: int, limit: int) -> list[str]:
+        with redis_errors():
+            return [str(m) for m in self.redis.zrangebyscore(self.keys.sweep(), "-inf", now_ms, start=0, num=limit)]
+
+    def sweep_one(self, job_id: str, *, now_ms: int, grace_ms: int, max_attempts: int,
+                  abandoned_error: dict[str, Any]) -> tuple[str, int, str]:
+        action, when, operation = self._job("sweep_one", job_id, now_ms, grace_ms, max_attempts,
+                                            json.dumps(abandoned_error))
+        return str(action), int(float(when)), str(operation)
+
+    def reschedule_sweep(self, job_id: str, at_ms: int | None) -> None:
+        with redis_errors():
+            if at_ms is None:
+                self.redis.zrem(self.keys.sweep(), job_id)
+            else:
+                self.redis.zadd(self.keys.sweep(), {job_id: at_ms})
+
+    def try_lock(self, name: str, ttl_ms: int) -> bool:
+        with redis_errors():
+            return bool(self.redis.set(self.keys.lock(name), "1", nx=True, px=ttl_ms))
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.redis.ping())
+        except (*_REDIS_DOWN, redis.RedisError):
+            return False

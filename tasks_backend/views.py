@@ -1,0 +1,38 @@
+"""The handle's wire form, shared by every protocol that allows its fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .domain import JobRecord, JobState, rfc3339
+from .states import WIRE_STATUS
+
+
+def handle(record: JobRecord) -> dict[str, Any]:
+    """The task handle: the same fields in HTTP, MCP 2026 and (renamed) MCP 2025."""
+    out: dict[str, Any] = {
+        "taskId": record.id,
+        "status": WIRE_STATUS[record.state],
+    }
+    if record.status_message:
+        out["statusMessage"] = record.status_message
+    out["createdAt"] = rfc3339(record.created_ms)
+    out["lastUpdatedAt"] = rfc3339(record.updated_ms)
+    out["ttlMs"] = record.ttl_ms
+    out["pollIntervalMs"] = record.poll_ms
+    return out
+
+
+def detailed(record: JobRecord) -> dict[str, Any]:
+    """The handle plus what its state carries: result, error or open input requests."""
+    out = handle(record)
+    out["operation"] = record.operation
+    if record.progress is not None:
+        out["progress"] = {"done": record.progress, "total": record.total}
+    if record.state is JobState.COMPLETED:
+        out["result"] = record.result
+    elif record.state is JobState.FAILED:
+        out["error"] = record.error or {"message": "Job failed."}
+    elif record.state is JobState.INPUT_REQUIRED:
+        out["inputRequests"] = record.input_requests or {}
+    return out

@@ -1,0 +1,157 @@
+"""Shared fixtures: a real Redis, a real in-process Celery worker, the app over real HTTP.
+
+Redis: `TEST_REDIS_URL` (host and port; the suite uses databases 14 and 15 and a unique key prefix),
+otherwise an embedded redis-server started for the session. Nothing here mocks Redis or Celery.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from celery.contrib.testing.worker import start_worker
+from werkzeug.serving import make_server
+
+from adapters.app import create_app
+from tasks_backend.auth import token_digest
+from tasks_backend.config import Settings
+from tasks_backend.embedded import EmbeddedRedis
+from tasks_backend.runtime import Runtime, build_runtime
+from workers.celery_app import create_celery
+
+JOB_MODULES = ("tasks_backend.demo", "tests.support.jobs")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+               message: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy; fail with `message` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def redis_base() -> Iterator[str]:
+    """`redis://host:port` of a real Redis server."""
+    url = os.environ.get("TEST_REDIS_URL")
+    if url:
+        yield url.rstrip("/").rsplit("/", 1)[0] if url.count("/") > 2 else url
+        return
+    server = EmbeddedRedis(appendonly=False).start()
+    try:
+        yield f"redis://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+class Users:
+    """Principals with bearer tokens, written to a token file the app re-reads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.write_text("# principal:sha256(token)\n")
+        self._lock = threading.Lock()
+
+    def new(self, prefix: str = "user") -> tuple[str, str]:
+        name = f"{prefix}-{secrets.token_hex(4)}"
+        token = secrets.token_urlsafe(24)
+        with self._lock, self.path.open("a") as fh:
+            fh.write(f"{name}:{token_digest(token)}\n")
+        return name, token
+
+
+@pytest.fixture(scope="session")
+def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("auth") / "tokens"
+
+
+@pytest.fixture(scope="session")
+def users(token_file: Path) -> Users:
+    return Users(token_file)
+
+
+def make_settings(redis_base: str, **overrides: Any) -> Settings:
+    suffix = secrets.token_hex(4)
+    values: dict[str, Any] = {
+        "redis_url": f"{redis_base}/14",
+        "broker_url": f"{redis_base}/15",
+        "key_prefix": f"tbtest{suffix}",
+        "queue": f"tbtest{suffix}",
+        "job_modules": JOB_MODULES,
+        "tokens": "alice:alice-token,bob:bob-token,ops:ops-token",
+        "admins": ("ops",),
+        "lease_s": 3.0,
+        "queued_grace_s": 2.0,
+        "sweep_interval_s": 0.2,
+        "sse_max_s": 10.0,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture(scope="session")
+def settings(redis_base: str, token_file: Path, users: Users) -> Settings:
+    return make_settings(redis_base, tokens_file=str(token_file))
+
+
+@pytest.fixture(scope="session")
+def runtime(settings: Settings) -> Runtime:
+    return build_runtime(settings)
+
+
+@pytest.fixture(scope="session")
+def worker(settings: Settings) -> Iterator[Any]:
+    """A real Celery worker consuming the session's queue, in this process (threads pool)."""
+    app = create_celery(settings)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING",
+                      shutdown_timeout=15):
+        yield app
+
+
+@pytest.fixture(scope="session")
+def flask_app(runtime: Runtime) -> Any:
+    return create_app(runtime=runtime)
+
+
+@pytest.fixture
+def client(flask_app: Any) -> Any:
+    return flask_app.test_client()
+
+
+@pytest.fixture(scope="session")
+def live_url(flask_app: Any) -> Iterator[str]:
+    """The app served over real HTTP on loopback (threaded werkzeug server)."""
+    server = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture
+def http(live_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_url, timeout=10) as c:
+        yield c
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+ALICE = bearer("alice-token")
+BOB = bearer("bob-token")
+OPS = bearer("ops-token")

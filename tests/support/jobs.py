@@ -1,0 +1,99 @@
+"""Jobs used by the tests. Their side effects go to files named in the params, so a test (or a
+separate worker process) can observe exactly how often each effect happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from marshmallow import Schema, fields
+
+from tasks_backend import JobContext, job
+
+
+class Transient(Exception):
+    """An error worth retrying."""
+
+
+def _append(path: str, entry: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+class StepsParams(Schema):
+    ledger = fields.String(required=True)
+    steps = fields.Integer(load_default=3)
+    gate = fields.String(load_default=None, allow_none=True)
+
+
+@job("test.steps", params=StepsParams, ttl=600, poll_interval=0.2)
+def steps(ctx: JobContext, ledger: str, steps: int, gate: str | None) -> dict[str, Any]:
+    """Records `steps` effects; before each step after the first, waits for `gate` to exist.
+
+    Every (re)start appends a `start` line with the worker's pid, so a test can find the process
+    to kill and count how often the job body ran."""
+    _append(ledger, {"event": "start", "pid": os.getpid(), "attempt": ctx.attempt})
+    for i in range(steps):
+        if i > 0 and gate:
+            while not Path(f"{gate}.{i}").exists():
+                ctx.sleep(0.02)
+        ctx.step(f"s{i}", lambda i=i: _append(ledger, {"event": "effect", "step": i}) or i)
+        ctx.progress(i + 1, steps, f"step {i + 1}/{steps}")
+    return {"steps": steps}
+
+
+class NoParams(Schema):
+    pass
+
+
+@job("test.noop", params=NoParams, ttl=600, poll_interval=0.1)
+def noop(ctx: JobContext) -> dict[str, Any]:
+    return {"ok": True}
+
+
+class FlakyParams(Schema):
+    ledger = fields.String(required=True)
+    failures = fields.Integer(required=True)
+
+
+@job("test.flaky", params=FlakyParams, ttl=600, poll_interval=0.1, retry_on=(Transient,), max_retries=3,
+     retry_backoff=0.05)
+def flaky(ctx: JobContext, ledger: str, failures: int) -> dict[str, Any]:
+    """Fails with `Transient` the first `failures` times it runs."""
+    _append(ledger, {"event": "run"})
+    runs = len(Path(ledger).read_text().splitlines())
+    if runs <= failures:
+        raise Transient(f"run {runs} failed")
+    return {"runs": runs}
+
+
+class SpinParams(Schema):
+    ledger = fields.String(required=True)
+
+
+@job("test.spin", params=SpinParams, ttl=600, poll_interval=0.1)
+def spin(ctx: JobContext, ledger: str) -> dict[str, Any]:
+    """Runs until cancelled, checking often; records that it started (and with which pid)."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    while True:
+        ctx.check_cancelled()
+        time.sleep(0.01)
+
+
+class AskTwiceParams(Schema):
+    ledger = fields.String(required=True)
+
+
+@job("test.ask_twice", params=AskTwiceParams, ttl=600, poll_interval=0.1)
+def ask_twice(ctx: JobContext, ledger: str) -> dict[str, Any]:
+    """Two questions in a row, with a recorded step between them."""
+    first = ctx.ask("first", "First?", {"type": "object", "properties": {"v": {"type": "integer"}},
+                                        "required": ["v"]})
+    mid = ctx.step("between", lambda: _append(ledger, {"event": "effect"}) or "done")
+    second = ctx.ask("second", "Second?", {"type": "object", "properties": {"v": {"type": "integer"}}})
+    return {"first": first, "mid": mid, "second": second}

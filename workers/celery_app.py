@@ -1,0 +1,41 @@
+"""The Celery app factory and the one generic runner task."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import Celery, Task
+
+from tasks_backend.config import Settings
+from tasks_backend.dispatch import RUN_TASK, CeleryDispatcher, celery_config
+from tasks_backend.runtime import Runtime, build_runtime
+
+log = logging.getLogger(__name__)
+
+
+def create_celery(settings: Settings | None = None) -> Celery:
+    """A Celery app whose workers run registered jobs by id. The runtime is built lazily per process,
+    after the prefork pool has forked, so no Redis connection crosses a fork."""
+    settings = settings or Settings.from_env()
+    app = Celery("tasks_backend", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    lock = threading.Lock()
+    holder: dict[str, Runtime] = {}
+
+    def runtime() -> Runtime:
+        with lock:
+            if "rt" not in holder:
+                holder["rt"] = build_runtime(settings, dispatcher=CeleryDispatcher(settings, app))
+            return holder["rt"]
+
+    app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
+
+    @app.task(name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    def run_job(self: Task[Any, Any], job_id: str) -> str:
+        outcome = runtime().executor().run(job_id)
+        log.info("job %s: %s", job_id, outcome)
+        return outcome
+
+    return app
