@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# Extra things `make test` needs (client environments and the like); files in mk/ add to it.
+TEST_DEPS :=
+-include mk/*.mk
 
 .PHONY: install run test lint bench clean
 
@@ -17,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 run: install
 	$(VENV)/bin/tasks-backend run
 
-test: install
+test: install $(TEST_DEPS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -1,0 +1,87 @@
+"""JSON-RPC 2.0 envelopes, shared by the MCP and A2A adapters.
+
+Errors come from `ERROR_MAP` (the `mcp_code` or `a2a_code` column, by dialect); nothing else picks codes
+for the service's errors. Unknown exceptions become -32603 with a fixed message and are logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tasks_backend.errors import TasksBackendError, mapping_for
+
+log = logging.getLogger(__name__)
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+Dialect = Literal["mcp", "a2a"]
+Id = str | int | None
+
+
+@dataclass
+class Request:
+    method: str
+    id: Id
+    params: dict[str, Any] = field(default_factory=dict)
+    is_notification: bool = False
+
+
+class RpcError(Exception):
+    """An error to answer with as is (protocol-level errors the adapters raise themselves)."""
+
+    def __init__(self, code: int, message: str, data: Any = None, http_status: int = 200) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data, self.http_status = code, message, data, http_status
+
+
+def parse(raw: bytes) -> Request:
+    """Parse one request object; raises `RpcError` for -32700 / -32600 (batches are not supported)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RpcError(PARSE_ERROR, "Parse error", http_status=400) from exc
+    if not isinstance(body, dict):
+        raise RpcError(INVALID_REQUEST, "Invalid Request: expected one JSON-RPC request object", http_status=400)
+    has_id = "id" in body
+    request_id = body.get("id")
+    if body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str) or (
+        has_id and (isinstance(request_id, bool) or not isinstance(request_id, str | int | None))
+    ):
+        raise RpcError(INVALID_REQUEST, "Invalid Request", http_status=400)
+    params = body.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise RpcError(INVALID_PARAMS, "Invalid params: expected an object", http_status=400)
+    return Request(method=body["method"], id=request_id, params=params, is_notification=not has_id)
+
+
+def success(request_id: Id, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error(request_id: Id, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": err}
+
+
+def error_for(request_id: Id, exc: BaseException, dialect: Dialect) -> dict[str, Any]:
+    """The JSON-RPC error for any exception, by the one error table."""
+    if isinstance(exc, RpcError):
+        return error(request_id, exc.code, exc.message, exc.data)
+    if not isinstance(exc, TasksBackendError):
+        log.exception("unhandled error in a JSON-RPC call", exc_info=exc)
+        return error(request_id, INTERNAL_ERROR, "Internal error")
+    row = mapping_for(exc)
+    code = row.mcp_code if dialect == "mcp" else row.a2a_code
+    data = dict(exc.extra) if exc.extra else None
+    return error(request_id, code, exc.detail, data)
