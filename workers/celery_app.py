@@ -32,7 +32,8 @@ def create_celery(settings: Settings | None = None) -> Celery:
 
     app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
 
-    @app.task(name=RUN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+    @app.task(name=RUN_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
+              ignore_result=True)
     def run_job(self: Task[Any, Any], job_id: str) -> str:
         outcome = runtime().executor().run(job_id)
         log.info("job %s: %s", job_id, outcome)

@@ -1,0 +1,81 @@
+"""Separate processes for tests where a process boundary is the point: workers to kill, sweepers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tasks_backend.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment that makes `Settings.from_env()` in a child equal `settings`."""
+    env = dict(os.environ)
+    env.update({
+        "REDIS_URL": settings.redis_url,
+        "CELERY_BROKER_URL": settings.effective_broker_url,
+        "TASKS_BACKEND_KEY_PREFIX": settings.key_prefix,
+        "TASKS_BACKEND_QUEUE": settings.queue,
+        "TASKS_BACKEND_JOBS": ",".join(settings.job_modules),
+        "TASKS_BACKEND_LEASE": str(settings.lease_s),
+        "TASKS_BACKEND_MAX_ATTEMPTS": str(settings.max_attempts),
+        "TASKS_BACKEND_QUEUED_GRACE": str(settings.queued_grace_s),
+        "TASKS_BACKEND_SWEEP_INTERVAL": str(settings.sweep_interval_s),
+        "TASKS_BACKEND_VISIBILITY_TIMEOUT": str(settings.visibility_timeout_s),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    })
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A child process in its own process group, stopped (and its children with it) on `stop`."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.log_path = log
+        self._log = log.open("ab")
+        self.popen = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.alive():
+            self.kill_group(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill_group(signal.SIGKILL)
+                self.popen.wait(10)
+        self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
+                   **env: Any) -> Proc:
+    args = [sys.executable, "-m", "tasks_backend.cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
+            "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
+    return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log)
+
+
+def sweeper_process(settings: Settings, log: Path) -> Proc:
+    return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings), log)
