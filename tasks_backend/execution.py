@@ -25,9 +25,11 @@ from .dispatch import Dispatcher
 from .domain import JobRecord, JobState, now_ms
 from .errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from .registry import JobSpec, Registry
+from .stats import JobStats
 from .store import RedisStore
 
 T = TypeVar("T")
+Form = dict[str, Any] | type[Schema] | Schema | None
 log = logging.getLogger(__name__)
 
 
@@ -167,16 +169,28 @@ class JobContext:
         """A key stable across every replay of this job, for downstream APIs that deduplicate."""
         return hashlib.sha256(f"{self.job_id}:{name}".encode()).hexdigest()[:32]
 
-    def ask(self, key: str, message: str, schema: dict[str, Any] | type[Schema] | Schema | None = None) -> Any:
+    def ask(self, key: str, message: str, schema: Form = None) -> Any:
         """The answer to `key` if one was given (None if declined); otherwise park the job and ask."""
-        recorded = _durable(lambda: self._store.answer(self.job_id, key), self._tolerance)
-        if recorded is not None:
-            answer = json.loads(recorded)
-            return answer.get("content") if answer.get("action") == "accept" else None
-        request = {"method": "elicitation/create",
-                   "params": {"mode": "form", "message": message,
-                              "requestedSchema": self._executor.registry.form_schema(schema)}}
-        raise _Parked({key: request}, message)
+        return self.ask_all({key: (message, schema)})[key]
+
+    def ask_all(self, questions: dict[str, tuple[str, Form]]) -> dict[str, Any]:
+        """Ask several questions at once; the job resumes when every one of them is answered."""
+        recorded = _durable(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
+        answers: dict[str, Any] = {}
+        missing: dict[str, Any] = {}
+        for key, (message, schema) in questions.items():
+            raw = recorded.get(key)
+            if raw is None:
+                missing[key] = {"method": "elicitation/create",
+                                "params": {"mode": "form", "message": message,
+                                           "requestedSchema": self._executor.registry.form_schema(schema)}}
+                continue
+            answer = json.loads(raw)
+            answers[key] = answer.get("content") if answer.get("action") == "accept" else None
+        if missing:
+            first = next(iter(missing.values()))["params"]["message"]
+            raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
+        return answers
 
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early (and raising) if the job is cancelled or lost meanwhile."""
@@ -257,6 +271,7 @@ class Executor:
     def _finish(self, job_id: str, token: int, target: JobState, fields: dict[str, str]) -> str:
         outcome, _ = _durable(lambda: self.store.transition(job_id, target, token=token, fields=fields,
                                                             now_ms=now_ms()), self.settings.lease_s * 10)
+        JobStats.of(self.store).job_finished(job_id, target, outcome)
         return target.value if outcome == "ok" else outcome
 
 

@@ -171,15 +171,25 @@ local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq', 'exp')
 if not h[1] or h[2] ~= ARGV[2] then return {'missing', 0} end
 if h[1] ~= 'input_required' then return {'conflict', 0} end
 local requests = cjson.decode(h[3] or '{}')
+local changed = false
 for i = 3, #ARGV, 2 do
-  if requests[ARGV[i]] ~= nil then redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 1]) end
+  if requests[ARGV[i]] ~= nil and redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 1]) == 1 then
+    changed = true
+  end
 end
 redis.call('PEXPIREAT', KEYS[4], tonumber(h[4]))
-local open = 0
-for key, _ in pairs(requests) do
-  if redis.call('HEXISTS', KEYS[4], key) == 0 then open = open + 1 end
+local open, still = 0, {}
+for key, request in pairs(requests) do
+  if redis.call('HEXISTS', KEYS[4], key) == 0 then open = open + 1; still[key] = request end
 end
-if open > 0 then return {'waiting', open} end
+if open > 0 then
+  -- Partly answered: the job shows only the questions still open.
+  if changed then
+    redis.call('HSET', KEYS[1], 'inreq', cjson.encode(still), 'updated', ARGV[1])
+    emit(ARGV[1], false)
+  end
+  return {'waiting', open}
+end
 redis.call('HSET', KEYS[1], 'state', 'queued', 'updated', ARGV[1], 'msg', 'Input received; resuming.')
 redis.call('HDEL', KEYS[1], 'inreq')
 emit(ARGV[1], false)

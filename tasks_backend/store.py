@@ -241,10 +241,10 @@ class RedisStore:
             value = self.redis.hget(self.keys.steps(job_id), name)
         return value if isinstance(value, str) else None
 
-    def answer(self, job_id: str, key: str) -> str | None:
+    def answers(self, job_id: str, keys: Sequence[str]) -> dict[str, str]:
         with redis_errors():
-            value = self.redis.hget(self.keys.answers(job_id), key)
-        return value if isinstance(value, str) else None
+            values = self.redis.hmget(self.keys.answers(job_id), list(keys))
+        return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, str)}
 
     def cancel_requested(self, job_id: str, token: int) -> bool | None:
         """True/False for the holder of `token`; None when the job is gone or no longer ours."""

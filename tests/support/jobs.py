@@ -97,3 +97,22 @@ def ask_twice(ctx: JobContext, ledger: str) -> dict[str, Any]:
     mid = ctx.step("between", lambda: _append(ledger, {"event": "effect"}) or "done")
     second = ctx.ask("second", "Second?", {"type": "object", "properties": {"v": {"type": "integer"}}})
     return {"first": first, "mid": mid, "second": second}
+
+
+@job("test.ask_pair", params=NoParams, ttl=600, poll_interval=0.1)
+def ask_pair(ctx: JobContext) -> dict[str, Any]:
+    """Two questions at once: the job resumes only when both are answered."""
+    return ctx.ask_all({"name": ("Name?", {"type": "object", "properties": {"name": {"type": "string"}},
+                                           "required": ["name"]}),
+                        "size": ("Size?", {"type": "object", "properties": {"size": {"type": "integer"}}})})
+
+
+class CrashParams(Schema):
+    ledger = fields.String(required=True)
+
+
+@job("test.crash", params=CrashParams, ttl=600, poll_interval=0.1)
+def crash(ctx: JobContext, ledger: str) -> None:
+    """Kills the process running it, every time: a poison job."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    os.kill(os.getpid(), 9)

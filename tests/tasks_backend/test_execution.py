@@ -1,0 +1,91 @@
+"""Leases, fencing, duplicate deliveries and transient retries, on the real store and worker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+
+from tasks_backend import Principal
+from tasks_backend.domain import JobState, now_ms
+from tasks_backend.runtime import Runtime
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.usefixtures("worker")
+ALICE = Principal("alice")
+
+
+def state(runtime: Runtime, job_id: str) -> JobState:
+    return runtime.service.get(ALICE, job_id).state
+
+
+def test_transient_errors_are_retried_with_backoff(runtime: Runtime, tmp_path: Path) -> None:
+    ledger = tmp_path / "runs"
+    record, _ = runtime.service.submit(ALICE, "test.flaky", {"ledger": str(ledger), "failures": 2})
+    wait_until(lambda: state(runtime, record.id) is JobState.COMPLETED, 15, message="completion")
+    done = runtime.service.get(ALICE, record.id)
+    assert done.result == {"runs": 3} and done.retries == 2
+
+
+def test_retries_are_bounded(runtime: Runtime, tmp_path: Path) -> None:
+    ledger = tmp_path / "runs"
+    record, _ = runtime.service.submit(ALICE, "test.flaky", {"ledger": str(ledger), "failures": 100})
+    wait_until(lambda: state(runtime, record.id) is JobState.FAILED, 15, message="failure")
+    failed = runtime.service.get(ALICE, record.id)
+    assert failed.error == {"message": "run 4 failed", "type": "Transient"}
+    assert len(ledger.read_text().splitlines()) == 4
+
+
+def test_duplicate_delivery_of_a_running_job_does_not_run_it_twice(runtime: Runtime, settings: object,
+                                                                   tmp_path: Path) -> None:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    record, _ = runtime.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 2, "gate": str(gate)})
+    wait_until(lambda: '"effect"' in (ledger.read_text() if ledger.exists() else ""), message="step 0")
+    runtime.dispatcher.publish(record.id, "test.steps")  # a redelivery, as after a visibility timeout
+    broker = redis.Redis.from_url(runtime.settings.effective_broker_url)
+    wait_until(lambda: broker.llen(runtime.settings.queue) == 0, message="the duplicate to be consumed")
+    Path(f"{gate}.1").touch()
+    wait_until(lambda: state(runtime, record.id) is JobState.COMPLETED, message="completion")
+    entries = [json.loads(x) for x in ledger.read_text().splitlines()]
+    assert [e["event"] for e in entries] == ["start", "effect", "effect"]
+
+
+def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> None:
+    store, svc = runtime.store, runtime.service
+    idle = runtime.settings.with_(queue="nobody-listens")
+    from tasks_backend.runtime import build_runtime
+
+    record, _ = build_runtime(idle).service.submit(ALICE, "test.noop", {})
+    outcome, old = store.claim(record.id, now_ms=now_ms(), lease_ms=1, worker="a", max_attempts=5,
+                               exhausted_error={})
+    assert outcome == "ok"
+    # the lease lapses; the sweeper requeues the job and another worker claims it
+    wait_until(lambda: store.sweep_one(record.id, now_ms=now_ms(), grace_ms=1000, max_attempts=5,
+                                       abandoned_error={})[0] == "republish", message="requeue")
+    outcome, new = store.claim(record.id, now_ms=now_ms(), lease_ms=60_000, worker="b", max_attempts=5,
+                               exhausted_error={})
+    assert outcome == "ok" and new > old
+    assert store.progress(record.id, old, now_ms=now_ms(), message="stale", done=1, total=2) == -1
+    assert store.record_step(record.id, old, "s", "1", now_ms=now_ms())[0] == "fenced"
+    assert store.renew(record.id, old, now_ms=now_ms(), lease_ms=1000) == -1
+    assert store.transition(record.id, JobState.COMPLETED, token=old, fields={"result": "1"},
+                            now_ms=now_ms())[0] == "fenced"
+    assert svc.get(ALICE, record.id).state is JobState.RUNNING
+    # a live lease also keeps a second claim away
+    assert store.claim(record.id, now_ms=now_ms(), lease_ms=1000, worker="c", max_attempts=5,
+                       exhausted_error={})[0] == "busy"
+    assert store.transition(record.id, JobState.COMPLETED, token=new, fields={"result": "1"},
+                            now_ms=now_ms())[0] == "ok"
+    assert svc.get(ALICE, record.id).result == 1
+
+
+def test_terminal_states_refuse_every_transition(runtime: Runtime) -> None:
+    record, _ = runtime.service.submit(ALICE, "test.noop", {})
+    wait_until(lambda: state(runtime, record.id) is JobState.COMPLETED, message="completion")
+    for target in JobState:
+        outcome, before = runtime.store.transition(record.id, target, now_ms=now_ms())
+        assert (outcome, before) == ("illegal", "completed")
+    assert runtime.store.claim(record.id, now_ms=now_ms(), lease_ms=1000, worker="x", max_attempts=5,
+                               exhausted_error={})[0] == "terminal"

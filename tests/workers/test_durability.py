@@ -1,0 +1,220 @@
+"""Chaos with real processes and real signals: killed pool processes and workers, a Redis restart,
+lost publishes, poison jobs. Each test gets its own queue, key prefix, worker and sweeper processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from werkzeug.serving import make_server
+
+from adapters.app import create_app
+from tasks_backend import Principal
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobState
+from tasks_backend.embedded import EmbeddedRedis
+from tasks_backend.runtime import Runtime, build_runtime
+from tests.conftest import make_settings, wait_until
+from tests.support.procs import Proc, sweeper_process, worker_process
+
+pytestmark = pytest.mark.chaos
+ALICE = Principal("alice")
+
+
+def lines(ledger: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def effects(ledger: Path) -> list[int]:
+    return sorted(e["step"] for e in lines(ledger) if e["event"] == "effect")
+
+
+def starts(ledger: Path) -> list[dict[str, Any]]:
+    return [e for e in lines(ledger) if e["event"] == "start"]
+
+
+def open_gate(gate: Path, step: int) -> None:
+    Path(f"{gate}.{step}").touch()
+
+
+def state(rt: Runtime, job_id: str) -> JobState:
+    return rt.service.get(ALICE, job_id).state
+
+
+class Cluster:
+    """Workers and a sweeper as separate processes, plus the service to submit and read with."""
+
+    def __init__(self, settings: Settings, tmp: Path) -> None:
+        self.settings, self.tmp = settings, tmp
+        self.runtime = build_runtime(settings)
+        self.procs: list[Proc] = []
+
+    def worker(self, name: str, **kw: Any) -> Proc:
+        proc = worker_process(self.settings, self.tmp / f"{name}.log", **kw)
+        self.procs.append(proc)
+        return proc
+
+    def sweeper(self) -> Proc:
+        proc = sweeper_process(self.settings, self.tmp / "sweeper.log")
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.procs)
+
+
+@pytest.fixture
+def cluster(redis_base: str, tmp_path: Path) -> Iterator[Cluster]:
+    settings = make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
+                             visibility_timeout_s=30.0)
+    c = Cluster(settings, tmp_path)
+    try:
+        yield c
+    except BaseException:
+        print(c.logs())
+        raise
+    finally:
+        c.stop()
+
+
+def run_to_gate(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    record, _ = cluster.runtime.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 3,
+                                                                      "gate": str(gate)})
+    wait_until(lambda: effects(ledger) == [0], 30, message="step 0 to run")
+    return record.id, ledger, gate
+
+
+def test_sigkill_of_the_pool_process_resumes_with_each_effect_once(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.worker("w1", concurrency=1)
+    cluster.sweeper()
+    job_id, ledger, gate = run_to_gate(cluster, tmp_path)
+    child = starts(ledger)[0]["pid"]
+    os.kill(child, signal.SIGKILL)
+    wait_until(lambda: len(starts(ledger)) == 2, 60, message="the job to be resumed in a new pool process")
+    assert starts(ledger)[1]["pid"] != child
+    open_gate(gate, 1)
+    open_gate(gate, 2)
+    wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
+    assert effects(ledger) == [0, 1, 2]
+    assert cluster.runtime.service.get(ALICE, job_id).attempts == 2
+
+
+def test_killed_worker_is_replaced_and_the_job_picked_up(cluster: Cluster, tmp_path: Path) -> None:
+    first = cluster.worker("w1", concurrency=1)
+    cluster.sweeper()
+    job_id, ledger, gate = run_to_gate(cluster, tmp_path)
+    first.kill_group(signal.SIGKILL)
+    first.popen.wait(10)
+    cluster.worker("w2", concurrency=1)
+    wait_until(lambda: len(starts(ledger)) == 2, 60, message="the job to be picked up by the new worker")
+    open_gate(gate, 1)
+    open_gate(gate, 2)
+    wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
+    assert effects(ledger) == [0, 1, 2]
+
+
+def test_poison_job_fails_after_bounded_attempts(redis_base: str, tmp_path: Path) -> None:
+    settings = make_settings(redis_base, lease_s=1.0, queued_grace_s=1.0, sweep_interval_s=0.2, max_attempts=2)
+    cluster = Cluster(settings, tmp_path)
+    try:
+        cluster.worker("w1", concurrency=1)
+        cluster.sweeper()
+        ledger = tmp_path / "ledger"
+        record, _ = cluster.runtime.service.submit(ALICE, "test.crash", {"ledger": str(ledger)})
+        wait_until(lambda: state(cluster.runtime, record.id) is JobState.FAILED, 60, message="giving up")
+        failed = cluster.runtime.service.get(ALICE, record.id)
+        assert failed.error is not None and failed.error["type"] == "WorkerLost"
+        assert len(starts(ledger)) == 2
+    finally:
+        cluster.stop()
+
+
+def test_lost_publish_is_republished_by_the_sweeper(cluster: Cluster, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    record, _ = cluster.runtime.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 1})
+    broker = redis.Redis.from_url(cluster.settings.effective_broker_url)
+    assert broker.delete(cluster.settings.queue) == 1  # the message is gone, as in the BRPOP loss window
+    cluster.worker("w1", concurrency=1)
+    cluster.sweeper()
+    wait_until(lambda: state(cluster.runtime, record.id) is JobState.COMPLETED, 30, message="completion")
+    assert effects(ledger) == [0]
+
+
+def test_broker_unreachable_at_submit_still_runs_the_job(cluster: Cluster, tmp_path: Path) -> None:
+    dead = cluster.settings.with_(broker_url="redis://127.0.0.1:1/0")
+    submitting = build_runtime(dead)
+    ledger = tmp_path / "ledger"
+    record, _ = submitting.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 1})
+    assert state(cluster.runtime, record.id) is JobState.QUEUED
+    cluster.worker("w1", concurrency=1)
+    cluster.sweeper()
+    wait_until(lambda: state(cluster.runtime, record.id) is JobState.COMPLETED, 30, message="completion")
+    assert effects(ledger) == [0]
+
+
+def test_parked_jobs_hold_no_worker(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.worker("w1", concurrency=2)
+    svc = cluster.runtime.service
+    parked = [svc.submit(ALICE, "demo.refund", {"order_id": f"o{i}", "amount": 1})[0].id for i in range(6)]
+    wait_until(lambda: all(state(cluster.runtime, j) is JobState.INPUT_REQUIRED for j in parked), 30,
+               message="six parked jobs")
+    fresh, _ = svc.submit(ALICE, "test.noop", {})
+    wait_until(lambda: state(cluster.runtime, fresh.id) is JobState.COMPLETED, 15, message="a new job to run")
+    svc.provide_input(ALICE, parked[0], {"approval": {"approved": True}})
+    wait_until(lambda: state(cluster.runtime, parked[0]) is JobState.COMPLETED, 15, message="the answered job")
+
+
+def test_redis_restart_mid_job(tmp_path: Path) -> None:
+    """Redis (AOF on) restarts mid-job: the API answers 503 meanwhile, then everything carries on."""
+    data = tmp_path / "redis"
+    data.mkdir()
+    server = EmbeddedRedis(appendonly=True, data_dir=str(data)).start()
+    base = f"redis://127.0.0.1:{server.port}"
+    settings = make_settings(base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2, redis_socket_timeout_s=1.0)
+    cluster = Cluster(settings, tmp_path)
+    http_server = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    api = httpx.Client(base_url=f"http://127.0.0.1:{http_server.server_port}", timeout=10,
+                       headers={"Authorization": "Bearer alice-token"})
+    try:
+        cluster.worker("w1", concurrency=1)
+        cluster.sweeper()
+        job_id, ledger, gate = run_to_gate(cluster, tmp_path)
+        server.stop()
+        down = api.get(f"/v1/jobs/{job_id}")
+        assert down.status_code == 503 and down.headers["Retry-After"]
+        assert down.headers["content-type"] == "application/problem+json"
+        submit = api.post("/v1/jobs", json={"operation": "test.noop"})
+        assert submit.status_code == 503
+        assert api.get("/healthz").status_code == 503
+        server.start()
+        wait_until(lambda: api.get(f"/v1/jobs/{job_id}").status_code == 200, 15, message="the API to recover")
+        open_gate(gate, 1)
+        open_gate(gate, 2)
+        wait_until(lambda: api.get(f"/v1/jobs/{job_id}").json()["status"] == "completed", 90,
+                   message="the job to finish after the restart")
+        assert effects(ledger) == [0, 1, 2]
+        after = api.post("/v1/jobs", json={"operation": "test.noop"}).json()["taskId"]
+        wait_until(lambda: api.get(f"/v1/jobs/{after}").json()["status"] == "completed", 30,
+                   message="a new job after the restart")
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        api.close()
+        http_server.shutdown()
+        cluster.stop()
+        server.stop()
