@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import secrets
 import signal
@@ -14,14 +14,15 @@ from pathlib import Path
 
 import click
 
+from .cli_client import register_client_commands
 from .embedded import EmbeddedRedis, free_port
+from .logs import configure_logging
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """tasks-backend: long-running jobs behind task handles."""
-    logging.basicConfig(level=os.environ.get("LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging()
 
 
 def _python(*args: str) -> list[str]:
@@ -34,9 +35,11 @@ def _python(*args: str) -> list[str]:
 def web(workers: int, bind: str | None) -> None:
     """Serve the HTTP, MCP and A2A APIs under gunicorn."""
     bind = bind or f"0.0.0.0:{os.environ.get('PORT', '8000')}"
-    os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers),
-                               "--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30",
-                               "--access-logfile", "-", "adapters.app:create_app()"])
+    argv = [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers),
+            "--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30",
+            "--access-logfile", "-", "--config", "python:tasks_backend.gunicorn_conf",
+            "adapters.app:create_app()"]
+    os.execvp(sys.executable, argv)  # noqa: S606 - this process becomes gunicorn
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -55,10 +58,8 @@ def sweeper() -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         build_runtime().sweeper().run_forever(stop)
-    except KeyboardInterrupt:
-        pass
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -152,6 +153,8 @@ def _supervise(procs: dict[str, subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
 
+
+register_client_commands(main)
 
 if __name__ == "__main__":
     main()

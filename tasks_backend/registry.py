@@ -51,7 +51,7 @@ class JobSpec:
             loaded = self._schema.load(raw)
         except ValidationError as exc:
             raise InvalidParams("The parameters do not match the operation's schema.",
-                                extra={"errors": exc.normalized_messages()}) from exc
+                                extra={"errors": exc.normalized_messages()}) from exc  # type: ignore[no-untyped-call]
         return dict(loaded)
 
     def dump_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -126,10 +126,12 @@ class Registry:
             return {"type": "object", "properties": {}}
         if isinstance(schema, dict):
             return schema
-        return dict(self._plugin.converter.schema2jsonschema(schema))
+        assert self._plugin.converter is not None
+        return dict(self._plugin.converter.schema2jsonschema(schema))  # type: ignore[no-untyped-call]
 
     def json_schema(self, name: str) -> dict[str, Any]:
         """The JSON Schema of an operation's params, as published by every protocol."""
         if name not in self._schemas:
-            self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))
+            assert self._plugin.converter is not None
+            self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
         return self._schemas[name]

@@ -63,7 +63,9 @@ class Event:
 
 class RedisStore:
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int) -> None:
-        self.redis = client
+        # redis-py's return types are unions over its sync/async and bytes/str modes; with
+        # decode_responses=True every reply here is str, so the client is used untyped.
+        self.redis: Any = client
         self.keys = keys
         self.max_ttl_ms = max_ttl_ms
         self._sha: dict[str, str] = {}
@@ -81,7 +83,7 @@ class RedisStore:
                 pipe = self.redis.pipeline(transaction=False)
                 build(pipe)
                 try:
-                    return pipe.execute()
+                    return list(pipe.execute())
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
                         raise
@@ -148,16 +150,15 @@ class RedisStore:
     def release_idempotency(self, owner: str, key: str, value: str) -> None:
         """Delete a stale idempotency record, only if it still holds `value`."""
         k = self.keys.idempotency(owner, key)
-        with redis_errors():
-            with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(k)
-                    if pipe.get(k) == value:
-                        pipe.multi()
-                        pipe.delete(k)
-                        pipe.execute()
-                except redis.WatchError:
-                    pass
+        with redis_errors(), self.redis.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(k)
+                if pipe.get(k) == value:
+                    pipe.multi()
+                    pipe.delete(k)
+                    pipe.execute()
+            except redis.WatchError:
+                pass
 
     def owner_page(self, owner: str, before: tuple[int, str] | None, count: int) -> list[tuple[str, int]]:
         """Up to `count` (id, created ms) of an owner's jobs, newest first, strictly after the cursor."""
@@ -252,7 +253,7 @@ class RedisStore:
             state, current, cancel = self.redis.hmget(self.keys.job(job_id), ["state", "token", "cancel"])
         if state != JobState.RUNNING or current != str(token):
             return None
-        return cancel == "1"
+        return bool(cancel == "1")
 
     def request_cancel(self, job_id: str, owner: str, *, now_ms: int) -> str:
         def build(p: Any) -> None:

@@ -78,6 +78,6 @@ def test_public_paths_need_no_token(client: Any) -> None:
 
 
 def test_tokens_file_is_reread(client: Any, users: Any) -> None:
-    name, token = users.new("late")
+    _, token = users.new("late")
     response = client.post("/v1/jobs", json={"operation": "test.noop"}, headers=bearer(token))
     assert response.status_code == 202

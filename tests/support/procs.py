@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,10 +52,8 @@ class Proc:
         return self.popen.poll() is None
 
     def kill_group(self, sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def stop(self, timeout: float = 20) -> None:
         if self.alive():
