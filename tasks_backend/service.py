@@ -7,8 +7,8 @@ that the caller owns it; another owner's job raises exactly the `JobNotFound` a 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import binascii
+import dataclasses
 import hashlib
 import json
 import logging
@@ -107,6 +107,11 @@ def check_answer(schema: dict[str, Any], answer: dict[str, Any]) -> list[str]:
     return problems
 
 
+def as_principal(who: Principal | str) -> Principal:
+    """The in-process API takes a plain owner name where the adapters pass an authenticated principal."""
+    return who if isinstance(who, Principal) else Principal(who)
+
+
 class JobService:
     def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
                  clock: Callable[[], int] = now_ms) -> None:
@@ -119,7 +124,7 @@ class JobService:
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
                idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
-        owner = principal.name if isinstance(principal, Principal) else principal
+        owner = as_principal(principal).name
         spec = self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
@@ -172,7 +177,8 @@ class JobService:
                 log.warning("job %s left for the sweeper's regular pass", record.id)
 
     # -- read ------------------------------------------------------------------
-    def get(self, principal: Principal, job_id: str) -> JobRecord:
+    def get(self, who: Principal | str, job_id: str) -> JobRecord:
+        principal = as_principal(who)
         if not _valid_id(job_id):
             raise JobNotFound()
         record = self.store.get(job_id)
@@ -180,9 +186,10 @@ class JobService:
             raise JobNotFound()
         return record
 
-    def list(self, principal: Principal, *, status: str | None = None, limit: int = 50,
+    def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,
              cursor: str | None = None) -> tuple[list[JobRecord], str | None]:
         """The caller's own jobs, newest first; `next_cursor` is None on the last page."""
+        principal = as_principal(who)
         if status is not None and status not in STATES_FOR_STATUS:
             raise BadRequest(f"Unknown status; use one of {sorted(STATES_FOR_STATUS)}.")
         if not 1 <= limit <= MAX_PAGE:
@@ -206,8 +213,9 @@ class JobService:
         return out, None
 
     # -- change ----------------------------------------------------------------
-    def cancel(self, principal: Principal, job_id: str) -> JobRecord:
+    def cancel(self, who: Principal | str, job_id: str) -> JobRecord:
         """Cancel: queued and parked jobs at once, a running one at its next cancellation check."""
+        principal = as_principal(who)
         if not _valid_id(job_id):
             raise JobNotFound()
         outcome = self.store.request_cancel(job_id, principal.name, now_ms=self.clock())
@@ -217,8 +225,9 @@ class JobService:
             raise JobNotCancelable()
         return self.get(principal, job_id)
 
-    def provide_input(self, principal: Principal, job_id: str, responses: Any) -> JobRecord:
+    def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         """Record answers to open input requests; once all are answered the job resumes."""
+        principal = as_principal(who)
         if not isinstance(responses, dict) or not responses:
             raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
         record = self.store.get(job_id) if _valid_id(job_id) else None
@@ -255,10 +264,11 @@ class JobService:
         return self.get(principal, job_id)
 
     # -- follow ----------------------------------------------------------------
-    def watch(self, principal: Principal, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
+    def watch(self, who: Principal | str, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
               block_ms: int = 1000) -> Iterator[tuple[str, JobRecord]]:
         """Yield the job as it stands, then (event id, record) for each change after `after`, until
         it is terminal or `max_s` has passed."""
+        principal = as_principal(who)
         record = self.get(principal, job_id)
         deadline = time.monotonic() + max_s
         yield "", record
@@ -285,8 +295,9 @@ class JobService:
         return dataclasses.replace(record, state=event.state, updated_ms=event.updated_ms,
                                    status_message=event.message, progress=event.progress, total=event.total)
 
-    def wait(self, principal: Principal, job_id: str, timeout_s: float) -> JobRecord:
+    def wait(self, who: Principal | str, job_id: str, timeout_s: float) -> JobRecord:
         """The job once it is terminal or waiting for input, or as it stands when `timeout_s` runs out."""
+        principal = as_principal(who)
         record = self.get(principal, job_id)
         for _, record in self.watch(principal, job_id, max_s=timeout_s, block_ms=int(min(timeout_s, 1) * 1000)):
             if record.terminal or record.state is JobState.INPUT_REQUIRED:
