@@ -98,18 +98,20 @@ class ErrorMapping(NamedTuple):
 
 
 # JSON-RPC: -32600 invalid request, -32602 invalid params, -32603 internal.
-# A2A: -32001 TaskNotFound, -32002 TaskNotCancelable.
+# A2A: -32001 TaskNotFound, -32002 TaskNotCancelable, -32004 UnsupportedOperation (no input expected).
 ERROR_MAP: dict[type[TasksBackendError], ErrorMapping] = {
     TasksBackendError: ErrorMapping(500, -32603, -32603, "internal", "Internal error"),
-    BadRequest: ErrorMapping(400, -32600, -32600, "bad-request", "Bad request"),
-    PayloadTooLarge: ErrorMapping(413, -32600, -32600, "payload-too-large", "Payload too large"),
+    # A service-level BadRequest is about a call's arguments (cursor, key, filter); a malformed JSON-RPC
+    # envelope is answered by the JSON-RPC layer itself with -32600.
+    BadRequest: ErrorMapping(400, -32602, -32602, "bad-request", "Bad request"),
+    PayloadTooLarge: ErrorMapping(413, -32602, -32602, "payload-too-large", "Payload too large"),
     InvalidParams: ErrorMapping(422, -32602, -32602, "invalid-params", "Invalid parameters"),
     UnknownOperation: ErrorMapping(422, -32602, -32602, "unknown-operation", "Unknown operation"),
     Unauthenticated: ErrorMapping(401, -32001, -32001, "unauthenticated", "Unauthenticated"),
     JobNotFound: ErrorMapping(404, -32602, -32001, "not-found", "Not found"),
     Conflict: ErrorMapping(409, -32602, -32002, "conflict", "Conflict"),
     JobNotCancelable: ErrorMapping(409, -32602, -32002, "not-cancelable", "Job not cancelable"),
-    NotWaitingForInput: ErrorMapping(409, -32602, -32002, "not-waiting-for-input", "Not waiting for input"),
+    NotWaitingForInput: ErrorMapping(409, -32602, -32004, "not-waiting-for-input", "Not waiting for input"),
     IdempotencyConflict: ErrorMapping(422, -32602, -32602, "idempotency-conflict", "Idempotency key reused"),
     ServiceUnavailable: ErrorMapping(503, -32603, -32603, "unavailable", "Service unavailable"),
     StoreUnavailable: ErrorMapping(503, -32603, -32603, "store-unavailable", "Job store unavailable"),

@@ -66,37 +66,68 @@ def _durable(call: Callable[[], T], tolerance_s: float) -> T:
             delay = min(delay * 2, 1.0)
 
 
-class LeaseKeeper(threading.Thread):
-    """Renews the lease while the job runs, and notices cancellation and lost leases between checks."""
+class Lease:
+    """What the keeper knows of one running job: its token, and whether it was cancelled or lost."""
 
-    def __init__(self, store: RedisStore, job_id: str, token: int, lease_ms: int) -> None:
-        super().__init__(name=f"lease-{job_id[:8]}", daemon=True)
-        self.store, self.job_id, self.token, self.lease_ms = store, job_id, token, lease_ms
-        self.stop_event = threading.Event()
+    def __init__(self, job_id: str, token: int) -> None:
+        self.job_id, self.token = job_id, token
         self.cancelled = threading.Event()
         self.lost = threading.Event()
 
-    def run(self) -> None:
+    def observe(self, state: int) -> None:
+        if state < 0:
+            self.lost.set()
+        elif state == 1:
+            self.cancelled.set()
+
+
+class LeaseKeeper:
+    """One thread per worker process renews the leases of every job the process runs, in one round trip.
+
+    It starts on first use, so in a prefork pool it runs in each child, never in the parent.
+    """
+
+    def __init__(self, store: RedisStore, lease_ms: int) -> None:
+        self.store, self.lease_ms = store, lease_ms
+        self._leases: dict[str, Lease] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, job_id: str, token: int) -> Lease:
+        lease = Lease(job_id, token)
+        with self._lock:
+            self._leases[job_id] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+                self._thread.start()
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            if self._leases.get(lease.job_id) is lease:
+                del self._leases[lease.job_id]
+
+    def _run(self) -> None:
         interval = self.lease_ms / 3000
-        while not self.stop_event.wait(interval):
+        while True:
+            time.sleep(interval)
+            with self._lock:
+                held = list(self._leases.values())
+            if not held:
+                continue
             try:
-                state = self.store.renew(self.job_id, self.token, now_ms=now_ms(), lease_ms=self.lease_ms)
+                states = self.store.renew_many([(h.job_id, h.token) for h in held], now_ms=now_ms(),
+                                               lease_ms=self.lease_ms)
             except StoreUnavailable:
                 continue
-            if state < 0:
-                self.lost.set()
-                return
-            if state == 1:
-                self.cancelled.set()
-
-    def stop(self) -> None:
-        self.stop_event.set()
+            for lease, state in zip(held, states, strict=True):
+                lease.observe(state)
 
 
 class JobContext:
     """What a job function gets as `ctx`."""
 
-    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: LeaseKeeper) -> None:
+    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: Lease) -> None:
         self._executor = executor
         self._store = executor.store
         self._keeper = keeper
@@ -124,10 +155,7 @@ class JobContext:
         self._observe(state)
 
     def _observe(self, state: int) -> None:
-        if state < 0:
-            self._keeper.lost.set()
-        elif state == 1:
-            self._keeper.cancelled.set()
+        self._keeper.observe(state)
         self._last_check = time.monotonic()
 
     @property
@@ -207,27 +235,24 @@ class Executor:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
         self.name = name or worker_name()
         self.lease_ms = int(settings.lease_s * 1000)
+        self.keeper = LeaseKeeper(store, self.lease_ms)
 
     def run(self, job_id: str) -> str:
         """Run the job if it is ours to run; returns what happened (for logs and tests)."""
-        outcome, token = self.store.claim(
+        outcome, record = self.store.claim(
             job_id, now_ms=now_ms(), lease_ms=self.lease_ms, worker=self.name,
             max_attempts=self.settings.max_attempts,
             exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
                                         "the worker running it was lost each time.", "type": "WorkerLost"})
-        if outcome != "ok":
+        if outcome != "ok" or record is None:
             return outcome
-        record = self.store.get(job_id)
-        if record is None:
-            return "missing"
-        keeper = LeaseKeeper(self.store, job_id, token, self.lease_ms)
-        keeper.start()
+        lease = self.keeper.hold(job_id, record.token)
         try:
-            return self._execute(record, token, keeper)
+            return self._execute(record, record.token, lease)
         finally:
-            keeper.stop()
+            self.keeper.release(lease)
 
-    def _execute(self, record: JobRecord, token: int, keeper: LeaseKeeper) -> str:
+    def _execute(self, record: JobRecord, token: int, keeper: Lease) -> str:
         ctx = JobContext(self, record, token, keeper)
         spec: JobSpec | None = None
         try:
@@ -240,7 +265,7 @@ class Executor:
                 "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
                 "attempts": "0"})
         except JobCancelled:
-            return self._finish(record.id, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": ""})
+            return self._finish(record.id, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": "", "worker": ""})
         except LeaseLost:
             return "lost"
         except Exception as exc:
@@ -249,8 +274,9 @@ class Executor:
                 if retried:
                     return retried
             log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
-            return self._finish(record.id, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": ""})
-        return self._finish(record.id, token, JobState.COMPLETED, {"result": encoded, "lease": ""})
+            return self._finish(record.id, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": "",
+                                                                        "worker": ""})
+        return self._finish(record.id, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
 
     def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:
         retries = record.retries

@@ -209,22 +209,27 @@ class RedisStore:
             p.zrem(self.keys.sweep(), job_id)
 
     def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
-              exhausted_error: dict[str, Any]) -> tuple[str, int]:
+              exhausted_error: dict[str, Any]) -> tuple[str, JobRecord | None]:
+        """Take the job for this worker; on "ok" the record comes back from the same round trip."""
         def build(p: Any) -> None:
             self._eval(p, "claim", self.keys.job_keys(job_id), now_ms, lease_ms, worker, max_attempts,
                        _TERMINAL_CSV, json.dumps(exhausted_error))
             # Look again just after the lease would lapse: that is how a dead worker is noticed.
             p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1})
+            p.hgetall(self.keys.job(job_id))
 
-        outcome, token = self._run(build)[0]
-        return str(outcome), int(token)
+        (outcome, _token), _, raw = self._run(build)
+        record = JobRecord.from_hash(job_id, raw) if outcome == "ok" and raw else None
+        return str(outcome), record
 
-    def renew(self, job_id: str, token: int, *, now_ms: int, lease_ms: int) -> int:
+    def renew_many(self, leases: Sequence[tuple[str, int]], *, now_ms: int, lease_ms: int) -> list[int]:
+        """Renew several leases in one round trip: 1 cancel requested, 0 carry on, -1 lost."""
         def build(p: Any) -> None:
-            self._eval(p, "renew", self.keys.job_keys(job_id), now_ms, token, lease_ms)
-            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1}, xx=True)
+            for job_id, token in leases:
+                self._eval(p, "renew", self.keys.job_keys(job_id), now_ms, token, lease_ms)
+            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1 for job_id, _ in leases}, xx=True)
 
-        return int(self._run(build)[0])
+        return [int(x) for x in self._run(build)[:-1]]
 
     def progress(self, job_id: str, token: int, *, now_ms: int, message: str | None,
                  done: float | None, total: float | None) -> int:

@@ -58,18 +58,21 @@ def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> No
     from tasks_backend.runtime import build_runtime
 
     record, _ = build_runtime(idle).service.submit(ALICE, "test.noop", {})
-    outcome, old = store.claim(record.id, now_ms=now_ms(), lease_ms=1, worker="a", max_attempts=5,
-                               exhausted_error={})
-    assert outcome == "ok"
+    outcome, claimed = store.claim(record.id, now_ms=now_ms(), lease_ms=1, worker="a", max_attempts=5,
+                                   exhausted_error={})
+    assert outcome == "ok" and claimed is not None and claimed.state is JobState.RUNNING
+    old = claimed.token
     # the lease lapses; the sweeper requeues the job and another worker claims it
     wait_until(lambda: store.sweep_one(record.id, now_ms=now_ms(), grace_ms=1000, max_attempts=5,
                                        abandoned_error={})[0] == "republish", message="requeue")
-    outcome, new = store.claim(record.id, now_ms=now_ms(), lease_ms=60_000, worker="b", max_attempts=5,
-                               exhausted_error={})
-    assert outcome == "ok" and new > old
+    outcome, reclaimed = store.claim(record.id, now_ms=now_ms(), lease_ms=60_000, worker="b", max_attempts=5,
+                                     exhausted_error={})
+    assert outcome == "ok" and reclaimed is not None
+    new = reclaimed.token
+    assert new > old
     assert store.progress(record.id, old, now_ms=now_ms(), message="stale", done=1, total=2) == -1
     assert store.record_step(record.id, old, "s", "1", now_ms=now_ms())[0] == "fenced"
-    assert store.renew(record.id, old, now_ms=now_ms(), lease_ms=1000) == -1
+    assert store.renew_many([(record.id, old), (record.id, new)], now_ms=now_ms(), lease_ms=60_000) == [-1, 0]
     assert store.transition(record.id, JobState.COMPLETED, token=old, fields={"result": "1"},
                             now_ms=now_ms())[0] == "fenced"
     assert svc.get(ALICE, record.id).state is JobState.RUNNING

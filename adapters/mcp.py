@@ -1,0 +1,198 @@
+"""MCP over Streamable HTTP at `/mcp`: one endpoint serving both protocol revisions. Translation only.
+
+Each request picks its revision by what it carries:
+
+- `_meta["io.modelcontextprotocol/protocolVersion"]` (2026-07-28, stateless, tasks extension): `mcp_2026`;
+- `initialize` naming a handshake version, or `Mcp-Session-Id` after it (2025-11-25): `mcp_2025`.
+
+HTTP status of JSON-RPC errors: 2026-07-28 uses 400 (404 for an unknown method), as its transport
+says; 2025-11-25 clients treat any 4xx as a transport failure (and 404 as a lost session), so their
+errors travel with 200. Errors in the envelope itself (not JSON, not JSON-RPC) are 400 for both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, request
+
+from tasks_backend.errors import (
+    ServiceUnavailable,
+    TasksBackendError,
+)
+from tasks_backend.runtime import Runtime
+
+from . import jsonrpc, mcp_2025, mcp_2026, problems
+from .mcp_tools import (
+    CLIENT_CAPABILITIES_META,
+    HEADER_MISMATCH,
+    MODERN_VERSION,
+    PROTOCOL_VERSION_META,
+    SERVER_INFO,
+    SERVER_INFO_META,
+    SUPPORTED_VERSIONS,
+    UNSUPPORTED_VERSION,
+    Call,
+    Reply,
+    Stream,
+    sse_response,
+)
+
+bp = Blueprint("mcp", __name__)
+
+MODERN, LEGACY = "2026-07-28", "2025-11-25"
+#: Methods whose `Mcp-Name` header must repeat a param, and which param.
+NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri", "tasks/get": "taskId",
+               "tasks/update": "taskId", "tasks/cancel": "taskId", "tasks/result": "taskId"}
+
+
+def _runtime() -> Runtime:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    return runtime
+
+
+@bp.post("/mcp")
+def post() -> Response:
+    raw = request.get_data(cache=False)
+    message = _peek(raw)
+    if message is not None and "method" not in message and ("result" in message or "error" in message):
+        return _client_response(message)
+    request_id: jsonrpc.Id = None
+    revision: str | None = None
+    try:
+        rpc = jsonrpc.parse(raw)
+        request_id = rpc.id
+        if rpc.is_notification:
+            return Response(status=202)  # notifications/initialized, notifications/cancelled: nothing to do
+        revision = _revision(rpc)
+        _check_headers(rpc)
+        call = Call(rpc, g.principal, _runtime())
+        reply = _dispatch(call, revision)
+    except Exception as exc:
+        return _error(request_id, exc, revision)
+    if isinstance(reply, Stream):
+        return sse_response(reply)
+    if revision == MODERN:
+        reply.setdefault("_meta", {})[SERVER_INFO_META] = SERVER_INFO
+    response = _json(jsonrpc.success(request_id, reply), 200)
+    if revision == LEGACY and rpc.method == "initialize":
+        response.headers["Mcp-Session-Id"] = mcp_2025.new_session_id()
+    return response
+
+
+@bp.get("/mcp")
+def get() -> Response:
+    """Only resumes a `tasks/result` stream; there is no standalone server-to-client stream."""
+    last_event_id = request.headers.get("Last-Event-ID")
+    if last_event_id:
+        stream = mcp_2025.resume(_runtime().service, g.principal, last_event_id)
+        if stream is not None:
+            return sse_response(stream)
+    response = problems.problem(405, "method-not-allowed", "Method Not Allowed",
+                                "POST JSON-RPC requests to /mcp; GET only resumes a stream by Last-Event-ID.")
+    response.headers["Allow"] = "GET, POST"
+    return response
+
+
+def _dispatch(call: Call, revision: str) -> Reply:
+    if revision == MODERN and call.rpc.method == "initialize":
+        raise _unsupported(call.params.get("protocolVersion"))
+    table = mcp_2026.METHODS if revision == MODERN else mcp_2025.METHODS
+    handler = table.get(call.rpc.method)
+    if handler is None:
+        raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {call.rpc.method}")
+    return handler(call)
+
+
+def _revision(rpc: jsonrpc.Request) -> str:
+    """Which revision a request speaks, or the error that says why it speaks none we serve."""
+    header = request.headers.get("MCP-Protocol-Version")
+    meta = rpc.params.get("_meta")
+    if meta is not None and not isinstance(meta, dict):
+        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "`_meta` must be an object.", http_status=400)
+    meta_version = (meta or {}).get(PROTOCOL_VERSION_META)
+    if meta_version is not None:
+        if header is not None and header != meta_version:
+            raise jsonrpc.RpcError(HEADER_MISMATCH, "MCP-Protocol-Version does not match `_meta`.",
+                                   http_status=400)
+        if meta_version != MODERN_VERSION:
+            raise _unsupported(meta_version)
+        if not isinstance((meta or {}).get(CLIENT_CAPABILITIES_META), dict):
+            raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS,
+                                   f"`_meta[{CLIENT_CAPABILITIES_META!r}]` is required.", http_status=400)
+        return MODERN
+    if rpc.method == "initialize":
+        requested = rpc.params.get("protocolVersion")
+        # A handshake version (they are all dates before 2026) gets 2025-11-25, as that negotiation allows.
+        if isinstance(requested, str) and requested < "2026":
+            return LEGACY
+        raise _unsupported(requested)
+    if header == MODERN_VERSION or (header is None and "Mcp-Session-Id" not in request.headers):
+        raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS,
+                               f"`_meta[{PROTOCOL_VERSION_META!r}]` is required (or `initialize` first).",
+                               http_status=400)
+    if header is not None and header >= "2026":
+        raise _unsupported(header)
+    session = request.headers.get("Mcp-Session-Id", "")
+    if not session or len(session) > 128 or not all("\x21" <= ch <= "\x7e" for ch in session):
+        raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST,
+                               "A valid Mcp-Session-Id is required: call initialize.", http_status=400)
+    return LEGACY
+
+
+def _unsupported(requested: Any) -> jsonrpc.RpcError:
+    return jsonrpc.RpcError(UNSUPPORTED_VERSION, "Unsupported protocol version",
+                            {"supported": SUPPORTED_VERSIONS, "requested": requested}, http_status=400)
+
+
+def _check_headers(rpc: jsonrpc.Request) -> None:
+    """`Mcp-Method` and `Mcp-Name` are optional, but when sent they must agree with the body."""
+    method = request.headers.get("Mcp-Method")
+    if method is not None and method != rpc.method:
+        raise jsonrpc.RpcError(HEADER_MISMATCH, "Mcp-Method does not match the method.", http_status=400)
+    name = request.headers.get("Mcp-Name")
+    param = NAME_PARAMS.get(rpc.method)
+    if name is not None and param is not None and name != rpc.params.get(param):
+        raise jsonrpc.RpcError(HEADER_MISMATCH, f"Mcp-Name does not match `{param}`.", http_status=400)
+
+
+def _client_response(message: dict[str, Any]) -> Response:
+    """A JSON-RPC response from the client: the answer to an `elicitation/create` we sent."""
+    try:
+        mcp_2025.accept_answer(_runtime().service, g.principal, message)
+    except TasksBackendError as exc:
+        return _json(jsonrpc.error_for(None, exc, "mcp"), 400)
+    return Response(status=202)
+
+
+def _error(request_id: jsonrpc.Id, exc: Exception, revision: str | None) -> Response:
+    body = jsonrpc.error_for(request_id, exc, "mcp")
+    response = _json(body, _error_status(body["error"]["code"], exc, revision))
+    if isinstance(exc, ServiceUnavailable):
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
+def _error_status(code: int, exc: BaseException, revision: str | None) -> int:
+    if revision is None:
+        return exc.http_status if isinstance(exc, jsonrpc.RpcError) and exc.http_status >= 400 else 400
+    if revision == LEGACY:
+        return 200
+    if isinstance(exc, ServiceUnavailable):
+        return 503
+    if code == jsonrpc.METHOD_NOT_FOUND:
+        return 404
+    return 500 if code == jsonrpc.INTERNAL_ERROR else 400
+
+
+def _peek(raw: bytes) -> dict[str, Any] | None:
+    try:
+        message = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")

@@ -1,0 +1,234 @@
+"""MCP 2025-11-25 tasks (the shape most deployed clients speak). Translation only.
+
+`initialize` opens a session; tools declare `execution.taskSupport: "required"`; `tools/call` with
+`params.task` answers `{"task": …}`; `tasks/result` waits for the end on an SSE stream and asks for
+input on it with `elicitation/create`, as that revision describes.
+
+Nothing here keeps state between requests, so any web process can serve any request:
+- the session id only marks that a client did the handshake; jobs belong to the bearer's principal;
+- an `elicitation/create` request id names its task and input key, so the client's answer (a JSON-RPC
+  response POSTed on its own) goes straight to `provide_input`;
+- a `tasks/result` stream lasts at most `sse_max_s`; its event ids carry the task, the request id and
+  the keys already asked, and the client resumes with `GET` + `Last-Event-ID` (2025-11-25 SSE polling).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tasks_backend.auth import Principal
+from tasks_backend.domain import JobRecord, JobState
+from tasks_backend.errors import InvalidParams, JobNotFound, NotWaitingForInput, TasksBackendError
+from tasks_backend.service import JobService
+from tasks_backend.views import handle
+
+from . import jsonrpc
+from .mcp_tools import (
+    INSTRUCTIONS,
+    LEGACY_VERSION,
+    RELATED_TASK_META,
+    SERVER_INFO,
+    Call,
+    Reply,
+    Stream,
+    call_tool_result,
+    error_message,
+    sse_event,
+    string_param,
+    submit_call,
+    tools,
+)
+
+#: Prefix of the ids of the `elicitation/create` requests we send: `<prefix><task id>/<input key>`.
+INPUT_REQUEST_PREFIX = "tasks-backend/input/"
+#: Prefix of `tasks/result` stream event ids (a versioned, base64url JSON cursor follows).
+CURSOR_PREFIX = "tbr1."
+#: How long the client waits before it resumes a `tasks/result` stream we ended.
+RESUME_RETRY_MS = 500
+#: How long `tasks/cancel` waits for a running job to reach its next cancellation check.
+CANCEL_WAIT_S = 5.0
+
+
+def new_session_id() -> str:
+    return secrets.token_hex(16)
+
+
+def task(record: JobRecord) -> dict[str, Any]:
+    """The 2025-11-25 Task: the shared handle with `ttlMs`/`pollIntervalMs` named `ttl`/`pollInterval`."""
+    out = handle(record)
+    out["ttl"] = out.pop("ttlMs")
+    out["pollInterval"] = out.pop("pollIntervalMs")
+    if record.state is JobState.FAILED and "statusMessage" not in out:
+        out["statusMessage"] = error_message(record)
+    return out
+
+
+def related(task_id: str) -> dict[str, Any]:
+    return {RELATED_TASK_META: {"taskId": task_id}}
+
+
+def final_result(record: JobRecord) -> dict[str, Any]:
+    """What `tasks/result` answers: the call's own result (failed and cancelled jobs carry `isError`)."""
+    return call_tool_result(record) | {"_meta": related(record.id)}
+
+
+def initialize(call: Call) -> Reply:
+    return {
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": {"tools": {"listChanged": False},
+                         "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}},
+        "serverInfo": SERVER_INFO,
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def ping(call: Call) -> Reply:
+    return {}
+
+
+def list_tools(call: Call) -> Reply:
+    return {"tools": tools(call.runtime, legacy=True)}
+
+
+def call_tool(call: Call) -> Reply:
+    name = string_param(call.params, "name")
+    call.runtime.registry.get(name)
+    requested = call.params.get("task")
+    if requested is None:
+        # The revision's rule for a tool whose taskSupport is "required" called without `params.task`.
+        raise jsonrpc.RpcError(jsonrpc.METHOD_NOT_FOUND, f"Tool {name!r} runs only as a task (params.task).")
+    if not isinstance(requested, dict):
+        raise InvalidParams("`task` must be an object.")
+    ttl = requested.get("ttl")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
+        raise InvalidParams("`task.ttl` must be a positive number of milliseconds.")
+    record, _ = submit_call(call, ttl_s=ttl / 1000 if ttl else None)
+    return {"task": task(record)}
+
+
+def get_task(call: Call) -> Reply:
+    return task(call.service.get(call.principal, string_param(call.params, "taskId")))
+
+
+def list_tasks(call: Call) -> Reply:
+    cursor = call.params.get("cursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise InvalidParams("`cursor` must be a string.")
+    records, next_cursor = call.service.list(call.principal, cursor=cursor or None)
+    out: dict[str, Any] = {"tasks": [task(r) for r in records]}
+    if next_cursor:
+        out["nextCursor"] = next_cursor
+    return out
+
+
+def cancel_task(call: Call) -> Reply:
+    """Cancel and return the Task; a running job stops at its next check, which we wait for briefly."""
+    task_id = string_param(call.params, "taskId")
+    record = call.service.cancel(call.principal, task_id)
+    if not record.terminal:
+        record = call.service.wait(call.principal, task_id, CANCEL_WAIT_S)
+    return task(record)
+
+
+def task_result(call: Call) -> Reply:
+    task_id = string_param(call.params, "taskId")
+    record = call.service.get(call.principal, task_id)
+    if record.terminal:
+        return final_result(record)
+    return Stream(_result_events(call.service, call.principal, task_id, call.rpc.id, set()))
+
+
+def resume(service: JobService, principal: Principal, last_event_id: str) -> Stream | None:
+    """Resume a `tasks/result` stream from the id of its last event (None: not one of ours)."""
+    cursor = _decode_cursor(last_event_id)
+    if cursor is None:
+        return None
+    task_id, request_id, asked = cursor
+    return Stream(_result_events(service, principal, task_id, request_id, asked))
+
+
+def _result_events(service: JobService, principal: Principal, task_id: str, request_id: jsonrpc.Id,
+                   asked: set[str]) -> Iterator[str]:
+    def cursor() -> str:
+        return _encode_cursor(task_id, request_id, asked)
+
+    yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
+    try:
+        for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s):
+            if record.state is JobState.INPUT_REQUIRED:
+                for key, request in (record.input_requests or {}).items():
+                    if key not in asked:
+                        asked.add(key)
+                        yield sse_event(_input_request(task_id, key, request), cursor())
+            if record.terminal:
+                yield sse_event(jsonrpc.success(request_id, final_result(record)))
+                return
+    except TasksBackendError as exc:  # expired meanwhile, or Redis went away
+        yield sse_event(jsonrpc.error_for(request_id, exc, "mcp"))
+        return
+    # Still running at the bound: end this stream; the client comes back with the last event id.
+    yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)
+
+
+def _input_request(task_id: str, key: str, request: dict[str, Any]) -> dict[str, Any]:
+    params = dict(request.get("params") or {})
+    params["_meta"] = related(task_id)
+    return {"jsonrpc": "2.0", "id": f"{INPUT_REQUEST_PREFIX}{task_id}/{key}",
+            "method": request.get("method", "elicitation/create"), "params": params}
+
+
+def accept_answer(service: JobService, principal: Principal, message: dict[str, Any]) -> None:
+    """A client's JSON-RPC response to one of our `elicitation/create` requests: record the answer.
+
+    Answers for tasks that are gone, not the caller's, or no longer waiting are ignored (the same rule
+    as `tasks/update`); an answer that does not fit the requested schema raises `InvalidParams`.
+    """
+    response_id = message.get("id")
+    if not isinstance(response_id, str) or not response_id.startswith(INPUT_REQUEST_PREFIX):
+        return
+    task_id, sep, key = response_id.removeprefix(INPUT_REQUEST_PREFIX).partition("/")
+    result = message.get("result")
+    if not sep or not key or not isinstance(result, dict):
+        return  # an error answer (the client cannot elicit): the job keeps waiting for input
+    with contextlib.suppress(JobNotFound, NotWaitingForInput):
+        service.provide_input(principal, task_id, {key: result})
+
+
+def _encode_cursor(task_id: str, request_id: jsonrpc.Id, asked: set[str]) -> str:
+    raw = json.dumps({"t": task_id, "r": request_id, "a": sorted(asked)}, separators=(",", ":"))
+    return CURSOR_PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(value: str) -> tuple[str, jsonrpc.Id, set[str]] | None:
+    if not value.startswith(CURSOR_PREFIX) or len(value) > 8192:
+        return None
+    body = value.removeprefix(CURSOR_PREFIX)
+    try:
+        data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    task_id, request_id, asked = data.get("t"), data.get("r"), data.get("a")
+    if (not isinstance(task_id, str) or isinstance(request_id, bool) or not isinstance(request_id, str | int)
+            or not isinstance(asked, list) or not all(isinstance(k, str) for k in asked)):
+        return None
+    return task_id, request_id, set(asked)
+
+
+METHODS: dict[str, Callable[[Call], Reply]] = {
+    "initialize": initialize,
+    "ping": ping,
+    "tools/list": list_tools,
+    "tools/call": call_tool,
+    "tasks/get": get_task,
+    "tasks/list": list_tasks,
+    "tasks/cancel": cancel_task,
+    "tasks/result": task_result,
+}

@@ -1,0 +1,151 @@
+"""What both MCP revisions share: operations as tools, a job as a `CallToolResult`, submitting a call.
+
+Every registered operation is one tool, named like the operation. Every tool runs as a task (jobs run
+on workers, and a job nobody can reach by its handle would be orphaned), so a caller that cannot take a
+task handle is refused rather than served synchronously.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Response
+
+from tasks_backend import __version__
+from tasks_backend.auth import Principal
+from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
+from tasks_backend.errors import InvalidParams
+from tasks_backend.runtime import Runtime
+from tasks_backend.service import JobService
+
+from . import jsonrpc
+
+MODERN_VERSION = "2026-07-28"
+LEGACY_VERSION = "2025-11-25"
+#: Handshake versions a 2025-style `initialize` may name; all are answered with `LEGACY_VERSION`.
+HANDSHAKE_VERSIONS = frozenset({LEGACY_VERSION, "2025-06-18", "2025-03-26", "2024-11-05"})
+SUPPORTED_VERSIONS = [MODERN_VERSION, LEGACY_VERSION]
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
+#: The `_meta` key of `tools/call` that carries an idempotency key (same rules as HTTP `Idempotency-Key`).
+IDEMPOTENCY_META = "io.tasks-backend/idempotencyKey"
+
+HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
+UNSUPPORTED_VERSION = -32022
+
+SERVER_INFO = {"name": "tasks-backend", "version": __version__}
+INSTRUCTIONS = ("Each tool starts a long-running job and answers with a task handle; "
+                "poll it, answer its input requests, or cancel it.")
+
+
+@dataclass
+class Call:
+    """One JSON-RPC request as an MCP handler sees it."""
+
+    rpc: jsonrpc.Request
+    principal: Principal
+    runtime: Runtime
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def service(self) -> JobService:
+        return self.runtime.service
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.rpc.params
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta = self.rpc.params.get("_meta")
+        return meta if isinstance(meta, dict) else {}
+
+
+@dataclass
+class Stream:
+    """A reply sent as server-sent events: each item is one SSE event, already framed."""
+
+    events: Iterator[str]
+
+
+Reply = dict[str, Any] | Stream
+
+
+def sse_event(message: dict[str, Any] | None, event_id: str | None = None, retry_ms: int | None = None,
+              ) -> str:
+    """One SSE event; `message=None` makes an empty (priming) event that only carries an id."""
+    lines = []
+    if event_id:
+        lines.append(f"id: {event_id}")
+    if retry_ms is not None:
+        lines.append(f"retry: {retry_ms}")
+    lines.append("event: message")
+    lines.append("data: " + (json.dumps(message, separators=(",", ":")) if message is not None else ""))
+    return "\n".join(lines) + "\n\n"
+
+
+def sse_response(stream: Stream) -> Response:
+    response = Response(stream.events, mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response
+
+
+def tools(runtime: Runtime, *, legacy: bool) -> list[dict[str, Any]]:
+    """Every operation as a tool. Only 2025-11-25 knows `execution.taskSupport`."""
+    out = []
+    for spec in runtime.registry:
+        tool: dict[str, Any] = {"name": spec.name, "description": spec.description,
+                                "inputSchema": runtime.registry.json_schema(spec.name)}
+        if legacy:
+            tool["execution"] = {"taskSupport": "required"}
+        out.append(tool)
+    return out
+
+
+def string_param(params: dict[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"`{name}` must be a non-empty string.")
+    return value
+
+
+def submit_call(call: Call, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+    """Submit `tools/call` as a job: the tool names the operation, the arguments are its params."""
+    name = string_param(call.params, "name")
+    arguments = call.params.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise InvalidParams("`arguments` must be an object.")
+    key = call.meta.get(IDEMPOTENCY_META)
+    if key is not None and not isinstance(key, str):
+        raise InvalidParams(f"`_meta[{IDEMPOTENCY_META!r}]` must be a string.")
+    return call.service.submit(call.principal, name, arguments, idempotency_key=key, ttl_s=ttl_s)
+
+
+def error_message(record: JobRecord) -> str:
+    return str((record.error or {}).get("message") or "The job failed.")
+
+
+def call_tool_result(record: JobRecord) -> dict[str, Any]:
+    """The `CallToolResult` a terminal job stands for, in the one shape both revisions use.
+
+    A completed job's result is sent as JSON text, and also as `structuredContent` when it is an
+    object (MCP allows only objects there). A failed or cancelled job is a result with `isError`.
+    """
+    if record.state is JobState.COMPLETED:
+        out: dict[str, Any] = {"content": [{"type": "text", "text": json.dumps(record.result)}]}
+        if isinstance(record.result, dict):
+            out["structuredContent"] = record.result
+        out["isError"] = False
+        return out
+    text = error_message(record) if record.state is JobState.FAILED else "The task was cancelled."
+    return {"content": [{"type": "text", "text": text}], "isError": True}
