@@ -218,3 +218,19 @@ def test_redis_restart_mid_job(tmp_path: Path) -> None:
         http_server.shutdown()
         cluster.stop()
         server.stop()
+
+
+def test_deploy_sigterm_lets_the_running_job_finish(cluster: Cluster, tmp_path: Path) -> None:
+    """A deploy stops workers with SIGTERM: the running job finishes, nothing is run twice."""
+    old = cluster.worker("old", concurrency=1)
+    cluster.sweeper()
+    job_id, ledger, gate = run_to_gate(cluster, tmp_path)
+    os.kill(old.pid, signal.SIGTERM)
+    open_gate(gate, 1)
+    open_gate(gate, 2)
+    wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
+    old.popen.wait(30)
+    cluster.worker("new", concurrency=1)
+    fresh, _ = cluster.runtime.service.submit(ALICE, "test.noop", {})
+    wait_until(lambda: state(cluster.runtime, fresh.id) is JobState.COMPLETED, 30, message="the new worker")
+    assert effects(ledger) == [0, 1, 2] and len(starts(ledger)) == 1
