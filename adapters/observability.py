@@ -1,34 +1,89 @@
-"""`/healthz` and `/metrics`: per-app Prometheus registry, no module-level collectors."""
+"""`/healthz`, `/readyz` and `/metrics`: per-app Prometheus registry, no module-level collectors.
+
+Job figures come from Redis (what every worker and sweeper recorded, see `tasks_backend.stats`) and
+from the broker (queue depth), read at scrape time, so every web process reports the same numbers.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tasks_backend.dispatch import CeleryDispatcher
 from tasks_backend.runtime import Runtime
+from tasks_backend.stats import JobStats
 
 bp = Blueprint("observability", __name__)
+log = logging.getLogger(__name__)
 
 
-class _BacklogCollector(Collector):
-    """Read at scrape time from Redis, so every web process reports the same figures."""
+def queue_depth(runtime: Runtime) -> int | None:
+    """Messages waiting in the job queue, asked of the broker itself (any kombu transport)."""
+    dispatcher = runtime.dispatcher
+    if not isinstance(dispatcher, CeleryDispatcher):
+        return None
+    try:
+        with dispatcher.app.connection_for_read() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            try:
+                channel: Any = conn.default_channel
+                _, count, _ = channel.queue_declare(queue=runtime.settings.queue, passive=True)
+            except conn.channel_errors:
+                return 0  # Redis has no key for an empty queue; a passive declare calls that "not found"
+            return int(count)
+    except Exception as exc:
+        log.warning("queue depth unavailable: %s", type(exc).__name__)
+        return None
+
+
+class _JobCollector(Collector):
+    """Read at scrape time from Redis and the broker."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         store = self.runtime.store
         try:
             due = store.redis.zcard(store.keys.sweep())
-        except Exception:
-            return
-        yield GaugeMetricFamily("tasks_backend_tracked_jobs", "Jobs queued or running that the sweeper watches",
-                                value=float(due))
+            snapshot = JobStats.of(store).snapshot()
+        except Exception as exc:  # a scrape during a Redis outage reports what it can, not a 500
+            log.warning("job metrics unavailable: %s", type(exc).__name__)
+        else:
+            yield GaugeMetricFamily("tasks_backend_tracked_jobs",
+                                    "Jobs queued or running that the sweeper watches", value=float(due))
+            outcomes = CounterMetricFamily("tasks_backend_jobs_finished",
+                                           "Jobs a worker brought to an end, by operation and outcome",
+                                           labels=["operation", "outcome"])
+            for (operation, outcome), count in sorted(snapshot.outcomes.items()):
+                outcomes.add_metric([operation, outcome], count)
+            yield outcomes
+            durations = HistogramMetricFamily("tasks_backend_job_duration_seconds",
+                                              "Time from submit to a terminal state, by operation",
+                                              labels=["operation"])
+            for operation, hist in sorted(snapshot.durations.items()):
+                durations.add_metric([operation], hist.buckets, hist.total)
+            yield durations
+            yield GaugeMetricFamily("tasks_backend_jobs_parked", "Jobs waiting for input, holding no worker",
+                                    value=float(snapshot.parked))
+            sweeps = CounterMetricFamily("tasks_backend_sweeper_actions",
+                                         "Jobs the sweeper handled, by action", labels=["action"])
+            for action, count in sorted(snapshot.sweeps.items()):
+                sweeps.add_metric([action], count)
+            yield sweeps
+        depth = queue_depth(self.runtime)
+        if depth is not None:
+            gauge = GaugeMetricFamily("tasks_backend_queue_depth", "Messages waiting in the broker queue",
+                                      labels=["queue"])
+            gauge.add_metric([self.runtime.settings.queue], float(depth))
+            yield gauge
 
 
 def install(app: Flask, runtime: Runtime) -> None:
@@ -37,7 +92,7 @@ def install(app: Flask, runtime: Runtime) -> None:
                        registry=registry)
     latency = Histogram("tasks_backend_http_request_seconds", "HTTP request latency", ["endpoint"],
                         registry=registry)
-    registry.register(_BacklogCollector(runtime))
+    registry.register(_JobCollector(runtime))
     app.extensions["tasks_backend_metrics"] = registry
 
     @app.before_request
@@ -62,6 +117,32 @@ def healthz() -> tuple[Response, int]:
     if not ok:
         response.headers["Retry-After"] = "5"
     return response, 200 if ok else 503
+
+
+def _probe(check: Callable[[], Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        ok = bool(check())
+        error = None if ok else "no answer"
+    except Exception as exc:
+        ok, error = False, type(exc).__name__
+    out: dict[str, Any] = {"ok": ok, "latencyMs": round(1000 * (time.perf_counter() - started), 1)}
+    if error:
+        out["error"] = error
+    return out
+
+
+@bp.get("/readyz")
+def readyz() -> tuple[Response, int]:
+    """Ready to take jobs: the job store and the broker each answer. Says which one does not."""
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    checks = {"redis": _probe(runtime.store.redis.ping), "broker": _probe(runtime.dispatcher.ping)}
+    failing = [name for name, result in checks.items() if not result["ok"]]
+    response = jsonify({"status": "ready" if not failing else "unavailable", "failing": failing,
+                        "checks": checks})
+    if failing:
+        response.headers["Retry-After"] = "5"
+    return response, 503 if failing else 200
 
 
 @bp.get("/metrics")

@@ -32,6 +32,18 @@ class Keys:
     def answers(self, job_id: str) -> str:
         return f"{self.prefix}:{{{job_id}}}:answers"
 
+    def push_configs(self, job_id: str) -> str:
+        """A2A push-notification configs of one job (hash: config id -> JSON)."""
+        return f"{self.prefix}:{{{job_id}}}:push"
+
+    def push_cursors(self, job_id: str) -> str:
+        """Per config, the last event delivered and the retry state (hash: config id -> JSON)."""
+        return f"{self.prefix}:{{{job_id}}}:pushpos"
+
+    def a2a_context(self, job_id: str) -> str:
+        """The A2A contextId a client chose for the job (absent: the job id is its context)."""
+        return f"{self.prefix}:{{{job_id}}}:a2actx"
+
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
         return [self.job(job_id), self.events(job_id), self.steps(job_id), self.answers(job_id)]
@@ -51,8 +63,16 @@ class Keys:
         """Jobs the sweeper must look at, scored by when (ms)."""
         return f"{self.prefix}:sweep"
 
+    def push_due(self) -> str:
+        """Jobs with push configs whose feed a worker must look at, scored by when (ms)."""
+        return f"{self.prefix}:push:due"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+    def stats(self, name: str) -> str:
+        """Job metrics that workers and sweepers write and every web process reports."""
+        return f"{self.prefix}:stats:{name}"
 
     def pattern(self) -> str:
         return f"{self.prefix}:*"

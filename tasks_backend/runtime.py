@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .auth import Authenticator
 from .config import Settings
@@ -22,9 +22,13 @@ class Runtime:
     registry: Registry
     dispatcher: Dispatcher
     service: JobService
+    _executor: Executor | None = field(default=None, repr=False)
 
-    def executor(self, name: str | None = None) -> Executor:
-        return Executor(self.store, self.registry, self.dispatcher, self.settings, name)
+    def executor(self) -> Executor:
+        """This process's executor (one per process, so one lease keeper thread per process)."""
+        if self._executor is None:
+            self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings)
+        return self._executor
 
     def sweeper(self) -> Sweeper:
         return Sweeper(self.store, self.dispatcher, self.settings)

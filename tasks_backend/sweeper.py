@@ -16,6 +16,7 @@ from .config import Settings
 from .dispatch import Dispatcher
 from .domain import now_ms
 from .errors import DispatchUnavailable, ServiceUnavailable
+from .stats import JobStats
 from .store import RedisStore
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class Sweeper:
                 except DispatchUnavailable:
                     when = now + interval_ms
             self.store.reschedule_sweep(job_id, when if action in ("republish", "later") else None)
+        JobStats.of(self.store).sweeper_actions(counts)
         if counts:
             log.info("sweep: %s", counts)
         return counts

@@ -12,6 +12,8 @@ from tasks_backend.config import Settings
 from tasks_backend.dispatch import RUN_TASK, CeleryDispatcher, celery_config
 from tasks_backend.runtime import Runtime, build_runtime
 
+from .flower import JobFailedOutcome, celery_outcome
+
 log = logging.getLogger(__name__)
 
 
@@ -33,10 +35,10 @@ def create_celery(settings: Settings | None = None) -> Celery:
     app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
 
     @app.task(name=RUN_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
-              ignore_result=True)
+              ignore_result=True, throws=(JobFailedOutcome,))
     def run_job(self: Task[Any, Any], job_id: str) -> str:
         outcome = runtime().executor().run(job_id)
         log.info("job %s: %s", job_id, outcome)
-        return outcome
+        return celery_outcome(outcome)
 
     return app

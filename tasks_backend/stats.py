@@ -1,0 +1,150 @@
+"""Job metrics kept in Redis, so that any web process can report what every worker and sweeper did.
+
+Workers record each outcome (with the job's duration from submit) and each job they park on input;
+sweepers record their actions. The figures are counters in a few Redis hashes, plus one sorted set of
+parked jobs that is pruned when read, so the "parked now" gauge heals itself whether a job resumed,
+was cancelled or expired. Every key has a TTL that each write renews. Metrics never fail a job:
+a write that cannot reach Redis is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .domain import JobState, now_ms
+from .keys import Keys
+from .store import RedisStore
+
+log = logging.getLogger(__name__)
+
+#: Upper bounds (seconds) of the duration histogram, from submit to a terminal state.
+DURATION_BUCKETS: tuple[float, ...] = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 86400)
+#: Counters outlive any single job; an idle system lets them lapse after this long.
+STATS_TTL_MS = 35 * 86400 * 1000
+
+_SEP = "|"
+_RECORDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.INPUT_REQUIRED})
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Cumulative bucket counts (ending with +Inf), the sum and the count, as Prometheus wants them."""
+
+    buckets: list[tuple[str, float]]
+    total: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    outcomes: dict[tuple[str, str], float]
+    durations: dict[str, Histogram]
+    sweeps: dict[str, float]
+    parked: int
+
+
+def _bucket(seconds: float) -> str:
+    for bound in DURATION_BUCKETS:
+        if seconds <= bound:
+            return f"{bound:g}"
+    return "+Inf"
+
+
+class JobStats:
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+
+    @classmethod
+    def of(cls, store: RedisStore) -> JobStats:
+        return cls(store.redis, store.keys)
+
+    # -- writers (workers and sweepers) ----------------------------------------------
+    def job_finished(self, job_id: str, target: JobState, outcome: str = "ok") -> None:
+        """Called by a worker after it moved a job to `target`; `outcome` is the transition's."""
+        if outcome != "ok" or target not in _RECORDED:
+            return
+        try:
+            # A few fields only: the whole record may carry a large result.
+            operation, created, expires = self.redis.hmget(self.keys.job(job_id), ["op", "created", "exp"])
+            if not operation:
+                return
+            operation = str(operation)
+            pipe = self.redis.pipeline(transaction=False)
+            if target is JobState.INPUT_REQUIRED:
+                pipe.zadd(self.keys.stats("parked"), {job_id: int(expires or now_ms() + STATS_TTL_MS)})
+                pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)
+            else:
+                pipe.hincrby(self.keys.stats("outcomes"), f"{operation}{_SEP}{target.value}", 1)
+                seconds = max(0.0, (now_ms() - int(created or now_ms())) / 1000)
+                durations = self.keys.stats("durations")
+                pipe.hincrbyfloat(durations, f"{operation}{_SEP}sum", seconds)
+                pipe.hincrby(durations, f"{operation}{_SEP}count", 1)
+                pipe.hincrby(durations, f"{operation}{_SEP}le{_bucket(seconds)}", 1)
+                for name in ("outcomes", "durations"):
+                    pipe.pexpire(self.keys.stats(name), STATS_TTL_MS)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.debug("job stats not recorded: %s", type(exc).__name__)
+
+    def sweeper_actions(self, counts: Mapping[str, int]) -> None:
+        """Called by the sweeper with how many jobs it handled per action in one pass."""
+        if not counts:
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for action, count in counts.items():
+                pipe.hincrby(self.keys.stats("sweeps"), action, count)
+            pipe.pexpire(self.keys.stats("sweeps"), STATS_TTL_MS)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.debug("sweeper stats not recorded: %s", type(exc).__name__)
+
+    # -- reader (web processes, at scrape time) ----------------------------------------
+    def parked_now(self) -> int:
+        """Jobs waiting for input now; forgets jobs that expired or left `input_required`."""
+        key = self.keys.stats("parked")
+        self.redis.zremrangebyscore(key, "-inf", now_ms())
+        members = [str(m) for m in self.redis.zrange(key, 0, -1)]
+        if not members:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in members:
+            pipe.hget(self.keys.job(job_id), "state")
+        states = pipe.execute()
+        gone = [j for j, s in zip(members, states, strict=True) if s != JobState.INPUT_REQUIRED.value]
+        if gone:
+            self.redis.zrem(key, *gone)
+        return len(members) - len(gone)
+
+    def snapshot(self) -> Snapshot:
+        pipe = self.redis.pipeline(transaction=False)
+        for name in ("outcomes", "durations", "sweeps"):
+            pipe.hgetall(self.keys.stats(name))
+        outcomes_raw, durations_raw, sweeps_raw = pipe.execute()
+        outcomes: dict[tuple[str, str], float] = {}
+        for field, value in outcomes_raw.items():
+            operation, _, outcome = str(field).rpartition(_SEP)
+            outcomes[(operation, outcome)] = float(value)
+        return Snapshot(outcomes, _histograms(durations_raw),
+                        {str(k): float(v) for k, v in sweeps_raw.items()}, self.parked_now())
+
+
+def _histograms(raw: Mapping[Any, Any]) -> dict[str, Histogram]:
+    per_op: dict[str, dict[str, float]] = {}
+    for field, value in raw.items():
+        operation, _, name = str(field).rpartition(_SEP)
+        per_op.setdefault(operation, {})[name] = float(value)
+    out: dict[str, Histogram] = {}
+    for operation, values in per_op.items():
+        running = 0.0
+        buckets: list[tuple[str, float]] = []
+        for bound in [f"{b:g}" for b in DURATION_BUCKETS] + ["+Inf"]:
+            running += values.get(f"le{bound}", 0.0)
+            buckets.append((bound, running))
+        out[operation] = Histogram(buckets, values.get("sum", 0.0))
+    return out

@@ -1,0 +1,114 @@
+"""`/metrics` reports what workers and sweepers recorded; `/readyz` tells Redis and broker trouble apart;
+logs are JSON lines that name the job and never carry a token."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import socket
+from typing import Any
+
+from adapters.app import create_app
+from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
+from tasks_backend.logs import JsonFormatter, configure_logging, job_context, mask_secrets
+from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.stats import JobStats
+from tests.conftest import ALICE, make_settings, wait_until
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+
+
+def _metric(text: str, line_start: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(line_start):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_metrics_count_outcomes_durations_and_parked_jobs(worker: Any, runtime: Runtime, client: Any) -> None:
+    alice = Principal("alice")
+    before = client.get("/metrics", headers=ALICE).text
+    done, _ = runtime.service.submit(alice, "demo.export", {"rows": 2})
+    failed, _ = runtime.service.submit(alice, "demo.fail", {"message": "x"})
+    parked, _ = runtime.service.submit(alice, "demo.refund", {"order_id": "m-1", "amount": 1})
+    for record in (done, failed, parked):
+        runtime.service.wait(alice, record.id, 60)
+    after = client.get("/metrics", headers=ALICE).text
+    completed = 'tasks_backend_jobs_finished_total{operation="demo.export",outcome="completed"}'
+    assert _metric(after, completed) == _metric(before, completed) + 1
+    failures = 'tasks_backend_jobs_finished_total{operation="demo.fail",outcome="failed"}'
+    assert _metric(after, failures) == _metric(before, failures) + 1
+    count = 'tasks_backend_job_duration_seconds_count{operation="demo.export"}'
+    assert _metric(after, count) == _metric(before, count) + 1
+    assert 'tasks_backend_job_duration_seconds_bucket{le="+Inf",operation="demo.export"}' in after
+    assert _metric(after, "tasks_backend_jobs_parked ") >= 1
+    assert "tasks_backend_queue_depth{" in after
+    runtime.service.cancel(alice, parked.id)
+    assert _metric(client.get("/metrics", headers=ALICE).text, "tasks_backend_jobs_parked ") == _metric(
+        after, "tasks_backend_jobs_parked ") - 1
+
+
+def test_sweeper_actions_are_counted(runtime: Runtime, client: Any) -> None:
+    stats = JobStats.of(runtime.store)
+    requeued = 'tasks_backend_sweeper_actions_total{action="requeue"}'
+    before = _metric(client.get("/metrics", headers=ALICE).text, requeued)
+    stats.sweeper_actions({"requeue": 2})
+    after = _metric(client.get("/metrics", headers=ALICE).text, requeued)
+    assert after == before + 2
+    for name in ("sweeps", "outcomes", "durations"):
+        ttl = runtime.store.redis.pttl(runtime.store.keys.stats(name))
+        assert ttl > 0 or ttl == -2, name  # every stats key expires
+
+
+def test_readyz_names_what_is_down(settings: Settings, redis_base: str) -> None:
+    healthy = create_app(runtime=build_runtime(make_settings(redis_base))).test_client().get("/readyz")
+    assert healthy.status_code == 200 and healthy.json["failing"] == []
+
+    broker_down = create_app(runtime=build_runtime(make_settings(redis_base, broker_url=_dead_url())))
+    answer = broker_down.test_client().get("/readyz")
+    assert answer.status_code == 503 and answer.json["failing"] == ["broker"]
+    assert answer.json["checks"]["redis"]["ok"] is True and answer.headers["Retry-After"]
+
+    redis_down = create_app(runtime=build_runtime(make_settings(
+        redis_base, redis_url=_dead_url(), broker_url=f"{redis_base}/15")))
+    answer = redis_down.test_client().get("/readyz")
+    assert answer.status_code == 503 and answer.json["failing"] == ["redis"]
+    assert answer.json["checks"]["broker"]["ok"] is True
+    assert redis_down.test_client().get("/metrics", headers=ALICE).status_code in (200, 401)
+
+
+def test_json_logs_name_the_job_and_mask_tokens() -> None:
+    formatter = JsonFormatter()
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "sent Authorization: Bearer %s", ("abc.def",),
+                               None)
+    with job_context("job-1", "demo.sleep"):
+        line = json.loads(formatter.format(record))
+    assert line["taskId"] == "job-1" and line["operation"] == "demo.sleep"
+    assert "abc.def" not in line["message"] and "[redacted]" in line["message"]
+    assert "taskId" not in json.loads(formatter.format(record))
+    assert "s3cret" not in mask_secrets("--basic-auth=ops:s3cret")
+
+
+def test_a_worker_logs_with_task_id(worker: Any, runtime: Runtime, caplog: Any) -> None:
+    configure_logging()  # binds the Celery signals that put the job on every line
+    caplog.set_level(logging.INFO)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logging.getLogger("workers").addHandler(handler)
+    try:
+        record, _ = runtime.service.submit(Principal("logger"), "demo.export", {"rows": 1})
+        wait_until(lambda: record.id in stream.getvalue(), 30, message="the worker's log line")
+    finally:
+        logging.getLogger("workers").removeHandler(handler)
+        for installed in [h for h in logging.getLogger().handlers if h.get_name() == "tasks_backend"]:
+            logging.getLogger().removeHandler(installed)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    mine = [line for line in lines if record.id in line["message"]]
+    assert mine[0]["taskId"] == record.id and mine[0]["operation"] == "demo.export"

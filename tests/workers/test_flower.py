@@ -1,0 +1,131 @@
+"""Flower as operators run it (`tasks-backend flower`, a real process) watching the real worker."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobState
+from tasks_backend.embedded import free_port
+from tasks_backend.runtime import Runtime
+from tasks_backend.states import CELERY_STATES
+from tests.conftest import wait_until
+from workers.flower import celery_outcome
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def process_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment a separate process needs to join this test session's Redis, broker and queue."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKS_BACKEND_", "FLOWER_"))}
+    env.update({
+        "REDIS_URL": settings.redis_url,
+        "CELERY_BROKER_URL": settings.effective_broker_url,
+        "TASKS_BACKEND_KEY_PREFIX": settings.key_prefix,
+        "TASKS_BACKEND_QUEUE": settings.queue,
+        "TASKS_BACKEND_JOBS": ",".join(settings.job_modules),
+        "LOG_FORMAT": "json",
+        # The test jobs module lives in this checkout, which a console script does not put on sys.path.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        **extra,
+    })
+    return env
+
+
+@pytest.fixture(scope="module")
+def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    port = free_port()
+    password = secrets.token_urlsafe(12)
+    log_path = tmp_path_factory.mktemp("flower") / "flower.log"
+    env = process_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower", "--address=127.0.0.1"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            return httpx.get(f"{url}/healthcheck", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(healthy, 60, interval=0.2, message="Flower to start")
+        yield {"url": url, "auth": ("ops", password), "log": log_path, "password": password}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_flower_refuses_without_credentials(flower: dict[str, Any]) -> None:
+    for path in ("/", "/api/tasks", "/api/workers"):
+        response = httpx.get(flower["url"] + path, timeout=10)
+        assert response.status_code == 401, path
+    wrong = httpx.get(flower["url"] + "/api/tasks", auth=("ops", "wrong"), timeout=10)
+    assert wrong.status_code == 401
+
+
+def test_flower_lists_a_finished_job_under_its_operation_name(worker: Any, runtime: Runtime,
+                                                             flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+    seen: dict[str, Any] = {}
+
+    def listed() -> bool:
+        # Flower only sees events sent after it subscribed, so keep submitting until one is listed.
+        record, _ = runtime.service.submit(principal, "demo.export", {"rows": 2})
+        done = runtime.service.wait(principal, record.id, 30)
+        assert done.terminal
+        tasks = httpx.get(flower["url"] + "/api/tasks", params={"taskname": "demo.export"},
+                          auth=flower["auth"], timeout=10).json()
+        for task_id, task in tasks.items():
+            if task.get("state") == "SUCCESS":
+                seen.update(task, uuid=task_id)
+                return True
+        return False
+
+    wait_until(listed, 90, interval=0.5, message="Flower to list a finished demo.export job")
+    assert seen["name"] == "demo.export"
+    assert runtime.service.get(principal, seen["uuid"]).state.value == "completed"
+    assert "demo.export" in seen["args"] and "rows" not in seen["args"]  # ids only: params stay in Redis
+    page = httpx.get(f"{flower['url']}/task/{seen['uuid']}", auth=flower["auth"], timeout=10)
+    assert page.status_code == 200 and "demo.export" in page.text
+
+
+def test_a_failed_job_shows_as_failure(worker: Any, runtime: Runtime, flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+
+    def final_state() -> str | None:
+        record, _ = runtime.service.submit(principal, "demo.fail", {"message": "boom"})
+        assert runtime.service.wait(principal, record.id, 30).state is JobState.FAILED
+        for _ in range(50):  # the worker's last event may trail the record by a moment
+            task = httpx.get(f"{flower['url']}/api/task/info/{record.id}", auth=flower["auth"], timeout=10)
+            state = task.json().get("state") if task.status_code == 200 else None
+            if state in ("FAILURE", "SUCCESS"):
+                return str(state)
+            time.sleep(0.1)
+        return None
+
+    assert wait_until(final_state, 90, interval=0.5, message="Flower to see a job end") == "FAILURE"
+    assert celery_outcome("completed") == "completed"
+    assert CELERY_STATES[JobState.FAILED] == ("FAILURE",)
+
+
+def test_flower_logs_carry_no_secret(flower: dict[str, Any]) -> None:
+    text = Path(flower["log"]).read_text()
+    assert flower["password"] not in text
