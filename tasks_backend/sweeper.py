@@ -38,6 +38,8 @@ class Sweeper:
                 max_attempts=self.settings.max_attempts,
                 abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
                                             "running it was lost each time.", "type": "WorkerLost"})
+            if action == "republish" and self._orphan(job_id):
+                action = "orphan"
             counts[action] = counts.get(action, 0) + 1
             if action == "republish":
                 try:
@@ -49,6 +51,18 @@ class Sweeper:
         if counts:
             log.info("sweep: %s", counts)
         return counts
+
+    def _orphan(self, job_id: str) -> bool:
+        """A job written by a submit that then lost its idempotency race, and whose submitter died
+        before removing it: nobody holds its handle, and running it would run the request twice."""
+        record = self.store.get(job_id)
+        if record is None or record.idempotency_key is None:
+            return False
+        holder = self.store.idempotency_value(record.owner, record.idempotency_key)
+        if holder is not None and holder.startswith(record.id):
+            return False
+        self.store.discard(job_id)
+        return True
 
     def run_forever(self, stop: threading.Event) -> None:
         while not stop.is_set():

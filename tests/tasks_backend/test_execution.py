@@ -92,3 +92,21 @@ def test_terminal_states_refuse_every_transition(runtime: Runtime) -> None:
         assert (outcome, before) == ("illegal", "completed")
     assert runtime.store.claim(record.id, now_ms=now_ms(), lease_ms=1000, worker="x", max_attempts=5,
                                exhausted_error={})[0] == "terminal"
+
+
+def test_sweeper_drops_an_orphan_of_a_lost_idempotency_race(runtime: Runtime) -> None:
+    """The loser of an idempotency race wrote a job, then died before removing it: never run it."""
+    owner = "alice"
+    winner, _ = runtime.service.submit(owner, "test.noop", {}, idempotency_key="race")
+    now = now_ms()
+    fields = {"owner": owner, "op": "test.noop", "state": "queued", "created": str(now - 60_000),
+              "updated": str(now - 60_000), "ttl": "600000", "poll": "100", "exp": str(now + 600_000),
+              "params": "{}", "idem": "race"}
+    orphan_id = "00000000-0000-4000-8000-000000000001"
+    runtime.store.redis.hset(runtime.store.keys.job(orphan_id), mapping=fields)
+    runtime.store.redis.pexpire(runtime.store.keys.job(orphan_id), 600_000)
+    runtime.store.reschedule_sweep(orphan_id, now - 1)
+    counts = runtime.sweeper().sweep_once()
+    assert counts.get("orphan") == 1
+    assert runtime.store.get(orphan_id) is None
+    wait_until(lambda: state(runtime, winner.id) is JobState.COMPLETED, message="the winner to run")
