@@ -8,10 +8,10 @@ from tasks_backend.config import Settings
 from tasks_backend.errors import PayloadTooLarge
 from tasks_backend.runtime import Runtime, build_runtime
 
-from . import http_jobs, observability, openapi, problems
+from . import a2a, http_jobs, mcp, observability, openapi, problems
 
 #: Paths anyone may read: probes and the API description.
-PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
 
 
 def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
@@ -32,6 +32,6 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
 
     problems.register(app)
     observability.install(app, runtime)
-    for blueprint in (http_jobs.bp, observability.bp, openapi.bp):
+    for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp):
         app.register_blueprint(blueprint)
     return app

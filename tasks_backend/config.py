@@ -51,6 +51,11 @@ class Settings:
     sse_max_s: float = 25.0
     celery_overrides: dict[str, Any] = field(default_factory=dict)
 
+    #: Let A2A push notifications target loopback, link-local and private addresses (dev and tests only).
+    push_allow_private: bool = False
+    push_max_attempts: int = 8
+    push_timeout_s: float = 5.0
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -84,6 +89,9 @@ class Settings:
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
             "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),
             "sse_max_s": _float(e, "TASKS_BACKEND_SSE_MAX", cls.sse_max_s),
+            "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
+            "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
+            "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
         }
         values.update(overrides)
         return cls(**values)

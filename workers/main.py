@@ -7,12 +7,14 @@ from collections.abc import Sequence
 
 from tasks_backend.config import Settings
 
+from . import push
 from .celery_app import create_celery
 
 
 def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
     settings = settings or Settings.from_env()
     app = create_celery(settings)
+    push.install(app, settings)
     app.worker_main(["worker", "-Q", settings.queue, "--loglevel=INFO", *argv])
 
 

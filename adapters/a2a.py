@@ -1,0 +1,373 @@
+"""A2A 1.0 over the job service: the agent card and JSON-RPC at `/a2a`. Translation only.
+
+Every registered operation is a skill. A message names its operation with a data part
+`{"operation": ..., "params": {...}}`; a message to an existing task answers its open input requests
+with a data part `{"inputResponses": {...}}`. Wire forms are in `a2a_wire`; semantics in the service.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
+
+from tasks_backend import __version__
+from tasks_backend.auth import Principal
+from tasks_backend.domain import JobRecord, JobState
+from tasks_backend.errors import InvalidParams, JobNotFound
+from tasks_backend.push import PushStore, normalize_config, resolve_target
+from tasks_backend.runtime import Runtime
+from tasks_backend.service import JobService
+from tasks_backend.states import A2A_STATE, WIRE_STATUS
+
+from . import a2a_wire as wire
+from . import jsonrpc
+from .jsonrpc import RpcError
+
+bp = Blueprint("a2a", __name__)
+
+AGENT_CARD_PATH = "/.well-known/agent-card.json"
+RPC_PATH = "/a2a"
+PROTOCOL_VERSION = "1.0"
+
+TASK_NOT_FOUND = -32001
+UNSUPPORTED_OPERATION = -32004
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+VERSION_NOT_SUPPORTED = -32009
+
+#: `ErrorInfo.reason` per code, which the SDK clients read next to the code ([spec] §5.4).
+_REASONS = {
+    -32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED", -32006: "INVALID_AGENT_RESPONSE",
+    -32007: "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32008: "EXTENSION_SUPPORT_REQUIRED",
+    -32009: "VERSION_NOT_SUPPORTED",
+}
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+_STATE_BY_NAME = {name: state for state, name in A2A_STATE.items()}
+MAX_PAGE_SIZE = 100
+MAX_CONTEXT_ID = 256
+
+
+@dataclass(frozen=True)
+class Call:
+    """What every method needs: the caller and the runtime's parts."""
+
+    principal: Principal
+    service: JobService
+    push: PushStore
+    runtime: Runtime
+
+
+# -- agent card ----------------------------------------------------------------------------
+@bp.get(AGENT_CARD_PATH)
+def agent_card() -> Response:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    base = request.host_url.rstrip("/")
+    skills = []
+    for spec in runtime.registry:
+        schema = json.dumps(runtime.registry.json_schema(spec.name), separators=(",", ":"))
+        skills.append({
+            "id": spec.name, "name": spec.name,
+            "description": f"{spec.description or spec.name} Send a data part "
+                           f'{{"operation": "{spec.name}", "params": {{...}}}}; params schema: {schema}',
+            "tags": ["job", spec.name.split(".", 1)[0]],
+            "examples": [json.dumps({"operation": spec.name, "params": {}})],
+            "inputModes": ["application/json"], "outputModes": ["application/json"],
+        })
+    card = {
+        "name": "tasks-backend",
+        "description": "Runs long jobs for the caller: each skill is an operation that becomes a task.",
+        "supportedInterfaces": [{"url": base + RPC_PATH, "protocolBinding": "JSONRPC",
+                                 "protocolVersion": PROTOCOL_VERSION}],
+        "version": __version__,
+        "capabilities": {"streaming": True, "pushNotifications": True, "extendedAgentCard": False},
+        "securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
+        "securityRequirements": [{"schemes": {"bearer": {"list": []}}}],
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json"],
+        "skills": skills,
+    }
+    return jsonify(card)
+
+
+# -- JSON-RPC --------------------------------------------------------------------------------
+@bp.post(RPC_PATH)
+def rpc() -> Response:
+    request_id: jsonrpc.Id = None
+    try:
+        req = jsonrpc.parse(request.get_data(cache=True))
+        request_id = req.id
+        _check_version()
+        method = METHODS.get(req.method)
+        if method is None:
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {req.method}")
+        runtime: Runtime = current_app.extensions["tasks_backend"]
+        call = Call(g.principal, runtime.service, PushStore(runtime.store), runtime)
+        result = method(call, req.params, request_id)
+    except Exception as exc:
+        return _reply(a2a_error(request_id, exc))
+    if isinstance(result, Response):
+        return result
+    return _reply(jsonrpc.success(request_id, result))
+
+
+def _reply(body: dict[str, Any]) -> Response:
+    # JSON-RPC errors travel with HTTP 200; the SDK client treats any other status as transport failure.
+    return jsonify(body)
+
+
+def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
+    """The JSON-RPC error by the one error table, with the `ErrorInfo` detail A2A clients read."""
+    body = jsonrpc.error_for(request_id, exc, "a2a")
+    err = body["error"]
+    reason = _REASONS.get(err["code"])
+    if reason is not None:
+        extra = err.get("data") if isinstance(err.get("data"), dict) else {}
+        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in extra.items()}
+        err["data"] = [{"@type": _ERROR_INFO, "reason": reason, "domain": "a2a-protocol.org",
+                        "metadata": metadata}]
+    return body
+
+
+def _check_version() -> None:
+    # [spec] §3.6: an absent version means 0.3, which this server does not speak.
+    raw = request.headers.get("A2A-Version") or request.args.get("A2A-Version") or ""
+    major, _, rest = raw.strip().partition(".")
+    if major != "1" or rest.split(".", 1)[0] != "0":
+        raise RpcError(VERSION_NOT_SUPPORTED, f"A2A version {raw or '0.3'!r} is not supported; "
+                       f"send `A2A-Version: {PROTOCOL_VERSION}`.")
+
+
+# -- parameter helpers -------------------------------------------------------------------
+def _object(params: dict[str, Any], name: str, *, required: bool = False) -> dict[str, Any]:
+    value = params.get(name)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidParams(f"`{name}` must be an object.")
+    return value
+
+
+def _text(params: dict[str, Any], name: str, *, required: bool = False, limit: int = 256) -> str | None:
+    value = params.get(name)
+    if value is None or (value == "" and not required):
+        if required:
+            raise InvalidParams(f"`{name}` is required.")
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise InvalidParams(f"`{name}` must be a non-empty string of at most {limit} characters.")
+    return value
+
+
+def _count(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name)
+    if value is None or value == 0:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidParams(f"`{name}` must be an integer from {low} to {high}.")
+    return value
+
+
+def _context(call: Call, record: JobRecord) -> str:
+    return call.push.contexts([record.id])[record.id]
+
+
+def _task_id(params: dict[str, Any], name: str = "id") -> str:
+    value = _text(params, name, required=True)
+    assert value is not None
+    return value
+
+
+# -- messages ----------------------------------------------------------------------------------
+def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]:
+    """Start a job from a message, or answer a parked job's input requests; returns (record, contextId)."""
+    message = _object(params, "message", required=True)
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise InvalidParams("`message.parts` must be a non-empty list.")
+    data = [p["data"] for p in parts if isinstance(p, dict) and isinstance(p.get("data"), dict)]
+    context_id = _text(message, "contextId", limit=MAX_CONTEXT_ID)
+    task_id = _text(message, "taskId")
+    configuration = _object(params, "configuration")
+    push_config = configuration.get("taskPushNotificationConfig")
+    if push_config is not None:
+        checked = normalize_config(push_config, task_id or "pending")
+        resolve_target(checked["url"], call.runtime.settings.push_allow_private)
+
+    if task_id is not None:
+        record = call.service.get(call.principal, task_id)
+        context = _context(call, record)
+        if context_id is not None and context_id != context:
+            raise InvalidParams("`contextId` does not match the task's context.")
+        responses = next((d["inputResponses"] for d in data if "inputResponses" in d), None)
+        if responses is None:
+            raise InvalidParams("A message to an existing task must carry a data part "
+                                '{"inputResponses": {...}}.')
+        if record.terminal:
+            raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; it takes no more messages.")
+        after = call.push.last_event_id(record.id)
+        record = call.service.provide_input(call.principal, task_id, responses)
+        if push_config is not None:
+            call.push.put(record, normalize_config(push_config, record.id), after=after,
+                          now_ms=record.updated_ms)
+        return record, context
+
+    order = next((d for d in data if "operation" in d), None)
+    if order is None:
+        raise InvalidParams('Name the operation with a data part {"operation": "...", "params": {...}}.',
+                            extra={"operations": [spec.name for spec in call.runtime.registry]})
+    unknown = set(order) - {"operation", "params"}
+    if unknown:
+        raise InvalidParams(f"Unknown fields in the operation part: {sorted(unknown)}.")
+    metadata = _object(message, "metadata") or _object(params, "metadata")
+    key = metadata.get("idempotencyKey")
+    if key is not None and not isinstance(key, str):
+        raise InvalidParams("`metadata.idempotencyKey` must be a string.")
+    record, _ = call.service.submit(call.principal, order["operation"], order.get("params"),
+                                    idempotency_key=key)
+    if context_id is not None:
+        call.push.set_context(record, context_id)
+    if push_config is not None:
+        call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms)
+    return record, context_id or _context(call, record)
+
+
+def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record, context = _accept_message(call, params)
+    if not _object(params, "configuration").get("returnImmediately") and record.state not in wire.STREAM_END:
+        # Blocking is bounded (web workers have a request timeout); the task comes back as it stands.
+        record = call.service.wait(call.principal, record.id, call.runtime.settings.sse_max_s)
+    return {"task": wire.task(record, context)}
+
+
+def send_streaming_message(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
+    record, context = _accept_message(call, params)
+    return _stream(call, record.id, context, request_id)
+
+
+def subscribe_to_task(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
+    record = call.service.get(call.principal, _task_id(params))
+    if record.terminal:
+        raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; there is nothing to subscribe to.")
+    return _stream(call, record.id, _context(call, record), request_id)
+
+
+def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id) -> Response:
+    """SSE: the task, then one update per change; closed on a terminal or interrupted state.
+
+    The feed position is taken before the record is read, so no change falls between the two; a
+    change that shows in both is skipped by its timestamp. A stream lasts at most `sse_max_s`.
+    """
+    after = call.push.last_event_id(job_id)
+    events = call.service.watch(call.principal, job_id, after=after, max_s=call.runtime.settings.sse_max_s)
+    _, first = next(events)  # ownership is checked here, before the response starts
+
+    def frame(result: dict[str, Any]) -> str:
+        return f"data: {json.dumps(jsonrpc.success(request_id, result))}\n\n"
+
+    def generate() -> Iterator[str]:
+        last = first
+        yield frame({"task": wire.task(first, context)})
+        if first.state in wire.STREAM_END:
+            return
+        try:
+            for _, record in events:
+                if record.updated_ms < last.updated_ms or (
+                        record.updated_ms == last.updated_ms and record.state is last.state):
+                    continue
+                last = record
+                for item in wire.updates(record, context):
+                    yield frame(item)
+                if record.state in wire.STREAM_END:
+                    return
+        except Exception as exc:
+            yield f"event: error\ndata: {json.dumps(a2a_error(request_id, exc))}\n\n"
+
+    response = Response(stream_with_context(generate()), mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response
+
+
+# -- tasks -------------------------------------------------------------------------------------
+def get_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    _count(params, "historyLength", 0, 0, 1000)  # validated only: tasks keep no message history
+    record = call.service.get(call.principal, _task_id(params))
+    return wire.task(record, _context(call, record))
+
+
+def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = call.service.cancel(call.principal, _task_id(params))
+    return wire.task(record, _context(call, record))
+
+
+def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    state_name = _text(params, "status", limit=64)
+    wanted: JobState | None = None
+    if state_name is not None:
+        if state_name not in _STATE_BY_NAME:
+            raise InvalidParams(f"`status` must be one of {sorted(_STATE_BY_NAME)}.")
+        wanted = _STATE_BY_NAME[state_name]
+    context_id = _text(params, "contextId", limit=MAX_CONTEXT_ID)
+    page_size = _count(params, "pageSize", 50, 1, MAX_PAGE_SIZE)
+    _count(params, "historyLength", 0, 0, 1000)
+    records, cursor = call.service.list(call.principal, status=WIRE_STATUS[wanted] if wanted else None,
+                                        limit=page_size, cursor=_text(params, "pageToken", limit=1024))
+    contexts = call.push.contexts([r.id for r in records])
+    # The service filters by wire status; A2A tells queued from running, so narrow the page here.
+    artifacts = params.get("includeArtifacts") is True
+    tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records
+             if (wanted is None or r.state is wanted) and context_id in (None, contexts[r.id])]
+    return {"tasks": tasks, "nextPageToken": cursor or "", "pageSize": page_size}
+
+
+# -- push-notification configs -----------------------------------------------------------------
+def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = call.service.get(call.principal, _task_id(params, "taskId"))
+    config = normalize_config(params, record.id)
+    resolve_target(config["url"], call.runtime.settings.push_allow_private)
+    return call.push.put(record, config, after=call.push.last_event_id(record.id), now_ms=record.updated_ms)
+
+
+def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = call.service.get(call.principal, _task_id(params, "taskId"))
+    config = call.push.get(record.id, _task_id(params))
+    if config is None:
+        raise JobNotFound("No such push notification config.")
+    return config
+
+
+def list_push_configs(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = call.service.get(call.principal, _task_id(params, "taskId"))
+    return {"configs": call.push.configs(record.id), "nextPageToken": ""}
+
+
+def delete_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = call.service.get(call.principal, _task_id(params, "taskId"))
+    if not call.push.delete(record.id, _task_id(params)):
+        raise JobNotFound("No such push notification config.")
+    return {}
+
+
+def get_extended_card(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "This agent has no extended agent card.")
+
+
+Method = Callable[[Call, dict[str, Any], jsonrpc.Id], "dict[str, Any] | Response"]
+
+METHODS: dict[str, Method] = {
+    "SendMessage": send_message,
+    "SendStreamingMessage": send_streaming_message,
+    "GetTask": get_task,
+    "ListTasks": list_tasks,
+    "CancelTask": cancel_task,
+    "SubscribeToTask": subscribe_to_task,
+    "CreateTaskPushNotificationConfig": create_push_config,
+    "GetTaskPushNotificationConfig": get_push_config,
+    "ListTaskPushNotificationConfigs": list_push_configs,
+    "DeleteTaskPushNotificationConfig": delete_push_config,
+    "GetExtendedAgentCard": get_extended_card,
+}

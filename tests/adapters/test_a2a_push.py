@@ -1,0 +1,152 @@
+"""A2A push notifications end to end: a2a-sdk client, the app over HTTP, a worker delivering to a
+webhook receiver on loopback (the guard is configured to allow loopback for this app and worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from a2a.types import (
+    AuthenticationInfo,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    StreamResponse,
+    TaskPushNotificationConfig,
+)
+from a2a.utils.errors import TaskNotFoundError
+from google.protobuf import json_format
+from werkzeug.serving import make_server
+
+from adapters.app import create_app
+from tasks_backend.config import Settings
+from tasks_backend.runtime import build_runtime
+from tests.adapters.test_a2a import a2a_client, order, send, state
+from tests.conftest import make_settings, wait_until
+from tests.support.procs import Proc, worker_process
+from tests.tasks_backend.test_push import Receiver
+
+
+@pytest.fixture(scope="module")
+def push_settings(redis_base: str, token_file: Path) -> Settings:
+    """Its own key prefix and queue, so the worker below serves only this module's jobs."""
+    return make_settings(redis_base, tokens_file=str(token_file), push_allow_private=True)
+
+
+@pytest.fixture(scope="module")
+def push_url(push_settings: Settings) -> Iterator[str]:
+    server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(push_settings)), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def push_worker(push_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
+    """`tasks-backend worker` in its own process, started exactly as in production (push delivery
+    installed by `workers.main`). A separate process because a second in-process test worker would
+    stop the session's one when it stops."""
+    log = tmp_path_factory.mktemp("a2a-push") / "worker.log"
+    proc = worker_process(push_settings, log, pool="threads", concurrency=2, TASKS_BACKEND_PUSH_ALLOW_PRIVATE="1")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def test_webhook_receives_each_event_with_the_configured_headers(push_url: str, push_worker: Proc,
+                                                                 receiver: Receiver, users: Any) -> None:
+    _, token = users.new()
+    auth = AuthenticationInfo(scheme="Bearer", credentials="hook-secret")
+    config = TaskPushNotificationConfig(url=receiver.url, token="tok-1", authentication=auth)
+
+    async def scenario() -> str:
+        async with a2a_client(push_url, token, push_notification_config=config) as client:
+            sleep = order("demo.sleep", {"seconds": 0.3, "steps": 3}, return_immediately=True)
+            task = await send(client, sleep)
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id))
+            assert [c.id for c in listed.configs] == [task.id]
+            return task.id
+
+    task_id = asyncio.run(scenario())
+    wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 30, message="the final notification")
+    events = [json_format.ParseDict(body, StreamResponse()) for body in receiver.bodies()]
+    assert {e.status_update.task_id or e.artifact_update.task_id for e in events} == {task_id}
+    kinds = [e.WhichOneof("payload") for e in events]
+    assert kinds[-2:] == ["artifact_update", "status_update"]
+    assert json_format.MessageToDict(events[-2].artifact_update.artifact.parts[0])["data"] == {"slept": 0.3}
+    states = receiver.states()
+    assert states[0] == "TASK_STATE_SUBMITTED" and "TASK_STATE_WORKING" in states
+    for headers, _ in receiver.calls:
+        assert headers["Authorization"] == "Bearer hook-secret"
+        assert headers["X-A2A-Notification-Token"] == "tok-1"
+        assert headers["Content-Type"] == "application/json"
+
+
+def test_push_configs_are_managed_per_task_and_owner(push_url: str, push_worker: Proc, receiver: Receiver,
+                                                     users: Any, tmp_path: Path) -> None:
+    _, token = users.new()
+    _, other = users.new()
+
+    async def scenario() -> None:
+        async with a2a_client(push_url, token) as client:
+            spin = order("test.spin", {"ledger": str(tmp_path / "spin")}, return_immediately=True)
+            task = await send(client, spin)
+            created = await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task.id, id="hook-a", url=receiver.url, token="a"))
+            assert (created.id, created.task_id) == ("hook-a", task.id)
+            got = await client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-a"))
+            assert got.url == receiver.url
+
+            async with a2a_client(push_url, other) as intruder:
+                with pytest.raises(TaskNotFoundError):
+                    await intruder.get_task_push_notification_config(
+                        GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-a"))
+                with pytest.raises(TaskNotFoundError):
+                    await intruder.create_task_push_notification_config(
+                        TaskPushNotificationConfig(task_id=task.id, url=receiver.url))
+
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+            await asyncio.to_thread(wait_until, lambda: "TASK_STATE_CANCELED" in receiver.states(), 30,
+                                    message="the cancellation to be pushed")
+            await client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-a"))
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id))
+            assert not listed.configs
+            with pytest.raises(TaskNotFoundError):
+                await client.get_task_push_notification_config(
+                    GetTaskPushNotificationConfigRequest(task_id=task.id, id=str(uuid.uuid4())))
+
+    asyncio.run(scenario())
+
+
+def test_blocking_send_with_a_push_config_still_returns_the_task(push_url: str, push_worker: Proc,
+                                                                 receiver: Receiver, users: Any) -> None:
+    _, token = users.new()
+    config = TaskPushNotificationConfig(url=receiver.url)
+
+    async def scenario() -> None:
+        async with a2a_client(push_url, token, push_notification_config=config, streaming=False) as client:
+            task = await send(client, order("test.noop", {}))
+            assert state(task) == "TASK_STATE_COMPLETED"
+
+    asyncio.run(scenario())
+    wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 30, message="the final notification")

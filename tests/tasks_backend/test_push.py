@@ -1,0 +1,201 @@
+"""Push-notification configs, the target guard, and delivery with retries.
+
+Real Redis, a real worker running the jobs, and a real webhook receiver on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
+from tasks_backend.errors import InvalidParams
+from tasks_backend.push import PushStore, TargetRefused, normalize_config, resolve_target
+from tasks_backend.runtime import Runtime
+from tests.conftest import wait_until
+from workers.push import PushDeliverer, backoff_ms
+
+
+class Receiver:
+    """A webhook receiver on loopback that records each POST; the first `fail_first` get a 500."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.attempts = 0
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.lock:
+                    receiver.attempts += 1
+                    failing = receiver.attempts <= receiver.fail_first
+                    if not failing:
+                        receiver.calls.append((dict(self.headers.items()), json.loads(body)))
+                self.send_response(500 if failing else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook?src=test"
+
+    def bodies(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [body for _, body in self.calls]
+
+    def states(self) -> list[str]:
+        return [b["statusUpdate"]["status"]["state"] for b in self.bodies() if "statusUpdate" in b]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+# -- the guard ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1/h", "http://localhost:8080/h", "http://10.0.0.5/h", "http://192.168.1.1/h",
+    "http://172.16.3.4/h", "http://169.254.169.254/latest/meta-data", "http://[::1]/h", "http://[fe80::1]/h",
+    "http://[::ffff:127.0.0.1]/h", "http://100.64.0.1/h", "http://0.0.0.0/h", "http://224.0.0.1/h",
+    "http://[fd00::1]/h",
+])
+def test_guard_refuses_loopback_link_local_and_private_targets(url: str) -> None:
+    with pytest.raises(TargetRefused):
+        resolve_target(url, allow_private=False)
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/h", "http:///h", "file:///etc/passwd", "http://u:p@8.8.8.8/",
+                                 "http://8.8.8.8:99999/h", "//8.8.8.8/h"])
+def test_guard_refuses_malformed_targets_even_when_private_is_allowed(url: str) -> None:
+    with pytest.raises(TargetRefused):
+        resolve_target(url, allow_private=True)
+
+
+def test_guard_allows_public_targets_and_private_ones_when_configured() -> None:
+    assert resolve_target("https://8.8.8.8/hook", allow_private=False) == ("https", "8.8.8.8", 443, "8.8.8.8")
+    assert resolve_target("http://127.0.0.1:9/h", allow_private=True)[3] == "127.0.0.1"
+
+
+def test_config_is_normalized_and_header_injection_is_refused() -> None:
+    config = normalize_config({"url": "https://8.8.8.8/h", "token": "t",
+                               "authentication": {"scheme": "Bearer", "credentials": "c"}}, "job-1")
+    assert config == {"id": "job-1", "taskId": "job-1", "url": "https://8.8.8.8/h", "token": "t",
+                      "authentication": {"scheme": "Bearer", "credentials": "c"}}
+    for bad in ({"url": "https://8.8.8.8/h", "token": "a\r\nX-Evil: 1"}, {"token": "t"},
+                {"url": "https://8.8.8.8/h", "authentication": {"scheme": "Bearer x"}}, "nope"):
+        with pytest.raises(InvalidParams):
+            normalize_config(bad, "job-1")
+
+
+# -- storage -------------------------------------------------------------------------------------
+def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
+    record, _ = runtime.service.submit(Principal("alice"), "test.noop", {}, ttl_s=120)
+    push = PushStore(runtime.store)
+    push.put(record, normalize_config({"url": "https://8.8.8.8/h"}, record.id), after="0-0",
+             now_ms=record.created_ms)
+    push.set_context(record, "ctx")
+    r, keys = runtime.store.redis, runtime.store.keys
+    job_ttl = r.pttl(keys.job(record.id))
+    for key in (keys.push_configs(record.id), keys.push_cursors(record.id), keys.a2a_context(record.id)):
+        assert 0 < r.pttl(key) <= job_ttl + 5, key
+    assert r.pttl(keys.push_due()) > 0
+    assert push.contexts([record.id]) == {record.id: "ctx"}
+    assert push.delete(record.id, record.id) and not push.configs(record.id)
+
+
+def test_jobs_without_configs_never_reach_the_delivery_loop(runtime: Runtime) -> None:
+    record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
+    assert record.id not in PushStore(runtime.store).due(2**62, 10_000)
+
+
+def test_a_job_is_claimed_by_one_deliverer_at_a_time(runtime: Runtime) -> None:
+    push = PushStore(runtime.store)
+    first = push.try_claim("some-job", 5000)
+    assert first is not None and push.try_claim("some-job", 5000) is None
+    push.release("some-job", first)
+    assert push.try_claim("some-job", 5000) is not None
+
+
+# -- delivery ------------------------------------------------------------------------------------
+def _deliver_until(deliverer: PushDeliverer, done: Any, message: str) -> None:
+    def step() -> bool:
+        deliverer.deliver_once()
+        return bool(done())
+
+    wait_until(step, 30, interval=0.05, message=message)
+
+
+@pytest.mark.usefixtures("worker")
+def test_failed_posts_are_retried_with_backoff_until_delivered(runtime: Runtime, settings: Settings) -> None:
+    receiver = Receiver(fail_first=2)
+    try:
+        deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
+        record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
+        auth = {"scheme": "Bearer", "credentials": "hook-secret"}
+        config = normalize_config({"url": receiver.url, "token": "tok", "authentication": auth}, record.id)
+        PushStore(runtime.store).put(record, config, after="0-0", now_ms=record.created_ms)
+        _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(),
+                       "the final notification")
+        assert receiver.attempts >= 3
+        states = receiver.states()
+        assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
+        headers, _ = receiver.calls[0]
+        assert headers["Authorization"] == "Bearer hook-secret"
+        assert headers["X-A2A-Notification-Token"] == "tok"
+        assert any(b.get("artifactUpdate", {}).get("artifact", {}).get("parts") == [{"data": {"ok": True}}]
+                   for b in receiver.bodies())
+        # Done: a finished job whose events were all delivered leaves the due set.
+        _deliver_until(deliverer, lambda: record.id not in PushStore(runtime.store).due(2**62, 10_000),
+                       "the job to leave the due set")
+    finally:
+        receiver.close()
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_dead_receiver_is_given_up_on_event_by_event(runtime: Runtime, settings: Settings) -> None:
+    receiver = Receiver(fail_first=10_000)
+    try:
+        deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True, push_max_attempts=2))
+        record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
+        push = PushStore(runtime.store)
+        config = normalize_config({"url": receiver.url}, record.id)
+        push.put(record, config, after="0-0", now_ms=record.created_ms)
+        wait_until(lambda: runtime.service.get(Principal("alice"), record.id).terminal, 30,
+                   message="the job to finish")
+        last = push.last_event_id(record.id)
+        _deliver_until(deliverer, lambda: push.cursors(record.id)[record.id].after == last,
+                       "delivery to move past every event")
+        assert receiver.attempts >= 2 and not receiver.calls
+    finally:
+        receiver.close()
+
+
+def test_private_targets_are_refused_at_delivery_time_too(runtime: Runtime, settings: Settings,
+                                                          receiver: Receiver) -> None:
+    deliverer = PushDeliverer(runtime.store, settings)  # push_allow_private is off
+    config = normalize_config({"url": receiver.url}, "job")
+    assert not deliverer._post(config, {"statusUpdate": {}})
+    assert receiver.attempts == 0
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    assert [backoff_ms(n) for n in (1, 2, 3)] == [500, 1000, 2000]
+    assert backoff_ms(50) == 60_000
