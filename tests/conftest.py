@@ -155,3 +155,4 @@ def bearer(token: str) -> dict[str, str]:
 ALICE = bearer("alice-token")
 BOB = bearer("bob-token")
 OPS = bearer("ops-token")
+
