@@ -7,9 +7,13 @@ imports the workers package. Broker options must be the same in every process th
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
+import uuid
 from typing import Any, Protocol
 
+import redis
 from celery import Celery
 
 from .config import Settings
@@ -92,3 +96,52 @@ class CeleryDispatcher:
             return True
         except Exception:
             return False
+
+
+class RedisDispatcher(CeleryDispatcher):
+    """Puts Celery protocol-2 messages straight on the Redis broker list, as kombu's Redis transport does.
+
+    Building a message is a few dictionary operations instead of Celery's publish path (about half a
+    millisecond of CPU), and when the broker is the job store's own Redis a submit writes the record,
+    indexes it and enqueues it in one round trip (`enqueue_in`). The message is the one Celery would
+    send, minus the `task-sent` event: Flower lists a job from the worker's `task-received` on.
+    Delayed publishes (retries with backoff) go through Celery, which knows how to carry an ETA.
+    """
+
+    def __init__(self, settings: Settings, broker: redis.Redis, *, shares_store: bool, app: Celery | None = None,
+                 ) -> None:
+        super().__init__(settings, app)
+        self.broker = broker
+        self.shares_store = shares_store
+        template = self.app.amqp.as_task_v2("0", RUN_TASK, args=("0",), kwargs={})
+        self._headers = {k: v for k, v in template.headers.items() if k not in ("id", "root_id")}
+        self._headers["ignore_result"] = True
+        self._delivery_info = {"exchange": "", "routing_key": settings.queue}
+
+    def message(self, job_id: str, operation: str) -> str:
+        body = json.dumps([[job_id], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}])
+        headers = {**self._headers, "id": job_id, "root_id": job_id, "shadow": operation,
+                   "argsrepr": f"[{operation!r}, {job_id!r}]"}
+        return json.dumps({
+            "body": base64.b64encode(body.encode()).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {"correlation_id": job_id, "reply_to": "", "delivery_mode": 2,
+                           "delivery_info": self._delivery_info, "priority": 0, "body_encoding": "base64",
+                           "delivery_tag": str(uuid.uuid4())},
+        })
+
+    def enqueue_in(self, pipe: Any, job_id: str, operation: str) -> None:
+        """Add the publish to a pipeline on the store's connection (only when `shares_store`)."""
+        pipe.lpush(self.settings.queue, self.message(job_id, operation))
+
+    def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
+        if countdown_s:
+            super().publish(job_id, operation, countdown_s)
+            return
+        try:
+            self.broker.lpush(self.settings.queue, self.message(job_id, operation))
+        except redis.RedisError as exc:
+            log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
+            raise DispatchUnavailable() from exc

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import redis
+from celery import Celery
+
 from .auth import Authenticator
 from .config import Settings
-from .dispatch import CeleryDispatcher, Dispatcher
+from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
 from .execution import Executor
 from .keys import Keys
 from .registry import Registry
@@ -37,13 +40,24 @@ class Runtime:
         return Authenticator(self.settings)
 
 
+def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> Dispatcher:
+    """Direct Redis publishing for a Redis broker (sharing the store's connection when it is the same
+    server and database); Celery's own publishing for any other broker."""
+    broker_url = settings.effective_broker_url
+    if not broker_url.startswith(("redis://", "rediss://", "unix://")):
+        return CeleryDispatcher(settings, app)
+    shares = broker_url == settings.redis_url
+    broker = store_client if shares else connect(broker_url, settings.redis_socket_timeout_s)
+    return RedisDispatcher(settings, broker, shares_store=shares, app=app)
+
+
 def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None,
-                  registry: Registry | None = None) -> Runtime:
+                  registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
-    store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s), Keys(settings.key_prefix),
-                       max_ttl_ms=int(settings.max_ttl_s * 1000))
+    client = connect(settings.redis_url, settings.redis_socket_timeout_s)
+    store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
     registry = registry or Registry.from_modules(settings.job_modules)
-    dispatcher = dispatcher or CeleryDispatcher(settings)
+    dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     return Runtime(settings, store, registry, dispatcher, JobService(store, registry, dispatcher, settings))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from .auth import Principal
 from .config import Settings
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, RedisDispatcher
 from .domain import JobRecord, JobState, SubmitOutcome, now_ms
 from .errors import (
     BadRequest,
@@ -141,12 +141,17 @@ class JobService:
                       "exp": str(created + ttl_ms), "params": canonical_json(stored_params)}
             if idempotency_key is not None:
                 fields["idem"] = idempotency_key
+            # Without an idempotency key nothing can make this job an orphan, so the enqueue may ride in
+            # the same round trip as the record; with one, it waits until the key is known to be ours.
+            enqueue = self._inline_enqueue(job_id, operation) if idempotency_key is None else None
             existing = self.store.create(fields, job_id, owner, created_ms=created, idem_key=idempotency_key,
                                          idem_value=f"{job_id} {request_hash}", ttl_ms=ttl_ms,
-                                         sweep_at_ms=created + int(1000 * self.settings.queued_grace_s))
+                                         sweep_at_ms=created + int(1000 * self.settings.queued_grace_s),
+                                         also=enqueue)
             if existing is None:
                 record = JobRecord.from_hash(job_id, fields)
-                self._publish(record)
+                if enqueue is None:
+                    self._publish(record)
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
             assert idempotency_key is not None
@@ -159,6 +164,12 @@ class JobService:
             # The job behind the key expired a moment ago: free the key and submit afresh.
             self.store.release_idempotency(owner, idempotency_key, existing)
         raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
+
+    def _inline_enqueue(self, job_id: str, operation: str) -> Callable[[Any], None] | None:
+        dispatcher = self.dispatcher
+        if isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store:
+            return lambda pipe: dispatcher.enqueue_in(pipe, job_id, operation)
+        return None
 
     def _ttl_ms(self, spec_ttl_s: float | None, requested_s: float | None) -> int:
         ttl_s = requested_s if requested_s is not None else (spec_ttl_s or self.settings.default_ttl_s)

@@ -98,11 +98,13 @@ class RedisStore:
 
     # -- create and read -------------------------------------------------------
     def create(self, fields: dict[str, str], job_id: str, owner: str, *, created_ms: int,
-               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int) -> str | None:
+               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int,
+               also: Callable[[Any], None] | None = None) -> str | None:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
 
         Returns None when created, or the value already stored under the idempotency key (the job
-        written here is then an unindexed orphan, which the caller must `discard`).
+        written here is then an unindexed orphan, which the caller must `discard`). `also` adds
+        commands (the enqueue) to the same round trip.
         """
         owner_keys = [self.keys.owner_index(owner)]
         if idem_key is not None:
@@ -115,6 +117,8 @@ class RedisStore:
                        created_ms - self.max_ttl_ms)
             p.zadd(self.keys.sweep(), {job_id: sweep_at_ms})
             p.pexpire(self.keys.sweep(), self.max_ttl_ms)
+            if also is not None:
+                also(p)
 
         existing = self._run(build)[1]
         return existing if existing is not None else None

@@ -1,6 +1,6 @@
 """Shared fixtures: a real Redis, a real in-process Celery worker, the app over real HTTP.
 
-Redis: `TEST_REDIS_URL` (host and port; the suite uses databases 14 and 15 and a unique key prefix),
+Redis: `TEST_REDIS_URL` (host and port; the suite uses databases 14 and 15 and unique key prefixes),
 otherwise an embedded redis-server started for the session. Nothing here mocks Redis or Celery.
 """
 
@@ -85,8 +85,8 @@ def users(token_file: Path) -> Users:
 def make_settings(redis_base: str, **overrides: Any) -> Settings:
     suffix = secrets.token_hex(4)
     values: dict[str, Any] = {
+        # The broker shares the store's database, as by default in production (one round trip per submit).
         "redis_url": f"{redis_base}/14",
-        "broker_url": f"{redis_base}/15",
         "key_prefix": f"tbtest{suffix}",
         "queue": f"tbtest{suffix}",
         "job_modules": JOB_MODULES,

@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery, Task
 
 from tasks_backend.config import Settings
-from tasks_backend.dispatch import RUN_TASK, CeleryDispatcher, celery_config
+from tasks_backend.dispatch import RUN_TASK, celery_config
 from tasks_backend.runtime import Runtime, build_runtime
 
 from .flower import JobFailedOutcome, celery_outcome
@@ -29,7 +29,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
     def runtime() -> Runtime:
         with lock:
             if "rt" not in holder:
-                holder["rt"] = build_runtime(settings, dispatcher=CeleryDispatcher(settings, app))
+                holder["rt"] = build_runtime(settings, celery_app=app)
             return holder["rt"]
 
     app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
