@@ -236,6 +236,7 @@ class Executor:
         self.name = name or worker_name()
         self.lease_ms = int(settings.lease_s * 1000)
         self.keeper = LeaseKeeper(store, self.lease_ms)
+        self.stats = JobStats.of(store)
 
     def run(self, job_id: str) -> str:
         """Run the job if it is ours to run; returns what happened (for logs and tests)."""
@@ -261,11 +262,11 @@ class Executor:
             result = spec.fn(ctx, **params)
             encoded = json.dumps(result)
         except _Parked as parked:
-            return self._finish(record.id, token, JobState.INPUT_REQUIRED, {
+            return self._finish(record, token, JobState.INPUT_REQUIRED, {
                 "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
                 "attempts": "0"})
         except JobCancelled:
-            return self._finish(record.id, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": "", "worker": ""})
+            return self._finish(record, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": "", "worker": ""})
         except LeaseLost:
             return "lost"
         except Exception as exc:
@@ -274,16 +275,16 @@ class Executor:
                 if retried:
                     return retried
             log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
-            return self._finish(record.id, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": "",
+            return self._finish(record, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": "",
                                                                         "worker": ""})
-        return self._finish(record.id, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
+        return self._finish(record, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
 
     def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:
         retries = record.retries
         if retries >= spec.max_retries:
             return None
         delay = spec.retry_backoff_s * (2**retries)
-        outcome = self._finish(record.id, token, JobState.QUEUED, {
+        outcome = self._finish(record, token, JobState.QUEUED, {
             "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
             "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."})
         if outcome == "queued":
@@ -294,10 +295,11 @@ class Executor:
                 self.store.reschedule_sweep(record.id, now_ms() + int(1000 * delay))
         return outcome
 
-    def _finish(self, job_id: str, token: int, target: JobState, fields: dict[str, str]) -> str:
-        outcome, _ = _durable(lambda: self.store.transition(job_id, target, token=token, fields=fields,
-                                                            now_ms=now_ms()), self.settings.lease_s * 10)
-        JobStats.of(self.store).job_finished(job_id, target, outcome)
+    def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str]) -> str:
+        at = now_ms()
+        outcome, _ = _durable(lambda: self.store.transition(
+            record.id, target, token=token, fields=fields, now_ms=at,
+            also=lambda pipe: self.stats.add_outcome(pipe, record, target, at)), self.settings.lease_s * 10)
         return target.value if outcome == "ok" else outcome
 
 

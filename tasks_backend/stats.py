@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from .domain import JobState, now_ms
+from .domain import JobRecord, JobState, now_ms
 from .keys import Keys
 from .store import RedisStore
 
@@ -64,32 +64,26 @@ class JobStats:
         return cls(store.redis, store.keys)
 
     # -- writers (workers and sweepers) ----------------------------------------------
-    def job_finished(self, job_id: str, target: JobState, outcome: str = "ok") -> None:
-        """Called by a worker after it moved a job to `target`; `outcome` is the transition's."""
-        if outcome != "ok" or target not in _RECORDED:
+    def add_outcome(self, pipe: Any, record: JobRecord, target: JobState, at_ms: int) -> None:
+        """Add the counters for a worker moving `record` to `target` to the pipeline of that move.
+
+        They ride in the transition's round trip, so they are counted even in the rare case the move
+        itself is refused (a worker that lost its lease): a metric, not a record."""
+        if target not in _RECORDED:
             return
-        try:
-            # A few fields only: the whole record may carry a large result.
-            operation, created, expires = self.redis.hmget(self.keys.job(job_id), ["op", "created", "exp"])
-            if not operation:
-                return
-            operation = str(operation)
-            pipe = self.redis.pipeline(transaction=False)
-            if target is JobState.INPUT_REQUIRED:
-                pipe.zadd(self.keys.stats("parked"), {job_id: int(expires or now_ms() + STATS_TTL_MS)})
-                pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)
-            else:
-                pipe.hincrby(self.keys.stats("outcomes"), f"{operation}{_SEP}{target.value}", 1)
-                seconds = max(0.0, (now_ms() - int(created or now_ms())) / 1000)
-                durations = self.keys.stats("durations")
-                pipe.hincrbyfloat(durations, f"{operation}{_SEP}sum", seconds)
-                pipe.hincrby(durations, f"{operation}{_SEP}count", 1)
-                pipe.hincrby(durations, f"{operation}{_SEP}le{_bucket(seconds)}", 1)
-                for name in ("outcomes", "durations"):
-                    pipe.pexpire(self.keys.stats(name), STATS_TTL_MS)
-            pipe.execute()
-        except redis.RedisError as exc:
-            log.debug("job stats not recorded: %s", type(exc).__name__)
+        operation = record.operation
+        if target is JobState.INPUT_REQUIRED:
+            pipe.zadd(self.keys.stats("parked"), {record.id: record.expires_ms})
+            pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)
+            return
+        pipe.hincrby(self.keys.stats("outcomes"), f"{operation}{_SEP}{target.value}", 1)
+        seconds = max(0.0, (at_ms - record.created_ms) / 1000)
+        durations = self.keys.stats("durations")
+        pipe.hincrbyfloat(durations, f"{operation}{_SEP}sum", seconds)
+        pipe.hincrby(durations, f"{operation}{_SEP}count", 1)
+        pipe.hincrby(durations, f"{operation}{_SEP}le{_bucket(seconds)}", 1)
+        for name in ("outcomes", "durations"):
+            pipe.pexpire(self.keys.stats(name), STATS_TTL_MS)
 
     def sweeper_actions(self, counts: Mapping[str, int]) -> None:
         """Called by the sweeper with how many jobs it handled per action in one pass."""

@@ -197,20 +197,24 @@ class RedisStore:
 
     # -- state changes -----------------------------------------------------------
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
-                   fields: dict[str, str] | None = None, now_ms: int) -> tuple[str, str]:
-        """Move a job to `target` if the state table allows it (and the token still fences it)."""
+                   fields: dict[str, str] | None = None, now_ms: int,
+                   also: Callable[[Any], None] | None = None) -> tuple[str, str]:
+        """Move a job to `target` if the state table allows it (and the token still fences it).
+
+        `also` adds commands to the same round trip; they run whatever the script decides."""
         pairs = [x for kv in (fields or {}).items() for x in kv]
         allowed = ",".join(sources_of(target))
-        outcome, before = self._run(lambda p: self._finish(p, job_id, target, token, allowed, owner, pairs,
-                                                           now_ms))[0]
-        return str(outcome), str(before)
 
-    def _finish(self, p: Any, job_id: str, target: JobState, token: int | None, allowed: str, owner: str,
-                pairs: list[str], now_ms: int) -> None:
-        self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, "" if token is None else token,
-                   target.value, allowed, _TERMINAL_CSV, owner, *pairs)
-        if target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED:
-            p.zrem(self.keys.sweep(), job_id)
+        def build(p: Any) -> None:
+            self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, "" if token is None else token,
+                       target.value, allowed, _TERMINAL_CSV, owner, *pairs)
+            if target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED:
+                p.zrem(self.keys.sweep(), job_id)
+            if also is not None:
+                also(p)
+
+        outcome, before = self._run(build)[0]
+        return str(outcome), str(before)
 
     def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
               exhausted_error: dict[str, Any]) -> tuple[str, JobRecord | None]:
