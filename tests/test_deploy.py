@@ -22,7 +22,7 @@ import yaml
 from tasks_backend.client import Client
 from tasks_backend.embedded import free_port
 from tests.conftest import make_settings, wait_until
-from tests.workers.test_flower import process_env
+from tests.support.procs import settings_env
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = {"web", "worker", "sweeper", "flower"}
@@ -51,7 +51,7 @@ def procfile_system(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -
     flower_password = secrets.token_urlsafe(12)
     port, flower_port = free_port(), free_port()
     venv_bin = str(Path(sys.executable).parent)
-    env = process_env(settings, TASKS_BACKEND_TOKENS=f"deployer:{token}", FLOWER_PORT=str(flower_port),
+    env = settings_env(settings, TASKS_BACKEND_TOKENS=f"deployer:{token}", FLOWER_PORT=str(flower_port),
                       FLOWER_BASIC_AUTH=f"ops:{flower_password}", WEB_CONCURRENCY="1", WORKER_CONCURRENCY="1",
                       TASKS_BACKEND_SWEEP_INTERVAL="0.5", PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}",
                       PYTHONUNBUFFERED="1")

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment that makes `Settings.from_env()` in a child equal `settings`."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKS_BACKEND_", "FLOWER_"))}
     env.update({
         "REDIS_URL": settings.redis_url,
         "CELERY_BROKER_URL": settings.effective_broker_url,
@@ -29,7 +29,9 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TASKS_BACKEND_QUEUED_GRACE": str(settings.queued_grace_s),
         "TASKS_BACKEND_SWEEP_INTERVAL": str(settings.sweep_interval_s),
         "TASKS_BACKEND_VISIBILITY_TIMEOUT": str(settings.visibility_timeout_s),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "LOG_FORMAT": "json",
+        # The test jobs live in this checkout, which a console script does not put on sys.path.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     })
     env.update(extra)
     return env

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 import sys
@@ -21,26 +20,10 @@ from tasks_backend.embedded import free_port
 from tasks_backend.runtime import Runtime
 from tasks_backend.states import CELERY_STATES
 from tests.conftest import wait_until
+from tests.support.procs import settings_env
 from workers.flower import celery_outcome
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def process_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment a separate process needs to join this test session's Redis, broker and queue."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKS_BACKEND_", "FLOWER_"))}
-    env.update({
-        "REDIS_URL": settings.redis_url,
-        "CELERY_BROKER_URL": settings.effective_broker_url,
-        "TASKS_BACKEND_KEY_PREFIX": settings.key_prefix,
-        "TASKS_BACKEND_QUEUE": settings.queue,
-        "TASKS_BACKEND_JOBS": ",".join(settings.job_modules),
-        "LOG_FORMAT": "json",
-        # The test jobs module lives in this checkout, which a console script does not put on sys.path.
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        **extra,
-    })
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +31,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     port = free_port()
     password = secrets.token_urlsafe(12)
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
-    env = process_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
+    env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower", "--address=127.0.0.1"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
