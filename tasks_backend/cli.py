@@ -31,12 +31,18 @@ def _python(*args: str) -> list[str]:
 
 @main.command()
 @click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
+@click.option("--threads", type=int, default=lambda: int(os.environ.get("WEB_THREADS", "8")),
+              show_default="8 or $WEB_THREADS",
+              help="threads per worker; event streams and long polls each hold one (1 = sync workers)")
 @click.option("--bind", default=None, help="host:port (default 0.0.0.0:$PORT, PORT default 8000)")
-def web(workers: int, bind: str | None) -> None:
+def web(workers: int, threads: int, bind: str | None) -> None:
     """Serve the HTTP, MCP and A2A APIs under gunicorn."""
     bind = bind or f"0.0.0.0:{os.environ.get('PORT', '8000')}"
-    argv = [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers),
-            "--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30",
+    worker_class = ["--worker-class", "sync"]
+    if threads > 1:
+        worker_class = ["--worker-class", "gthread", "--threads", str(threads)]
+    argv = [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers), *worker_class,
+            "--timeout", "60", "--graceful-timeout", "30",
             "--access-logfile", "-", "--config", "python:tasks_backend.gunicorn_conf",
             "adapters.app:create_app()"]
     os.execvp(sys.executable, argv)  # noqa: S606 - this process becomes gunicorn
