@@ -275,8 +275,9 @@ class Executor:
                 if retried:
                     return retried
             log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
-            return self._finish(record, token, JobState.FAILED, {"error": json.dumps(_error(exc)), "lease": "",
-                                                                        "worker": ""})
+            error = _error(exc)
+            return self._finish(record, token, JobState.FAILED, {
+                "error": json.dumps(error), "msg": error["message"][:200], "lease": "", "worker": ""})
         return self._finish(record, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
 
     def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:

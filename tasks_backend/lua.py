@@ -108,6 +108,8 @@ if attempts > tonumber(ARGV[4]) then
   return {'exhausted', 0}
 end
 local token = tonumber(h[2] or 0) + 1
+-- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply.
+redis.call('HDEL', KEYS[1], 'msg')
 redis.call('HSET', KEYS[1], 'state', 'running', 'updated', ARGV[1], 'token', token,
            'lease', now + tonumber(ARGV[2]), 'attempts', attempts, 'worker', ARGV[3])
 emit(ARGV[1], false)
