@@ -1,0 +1,111 @@
+"""The measures: each runs the product and its baseline in alternating order and returns one row."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import load
+from .load import Load, Run
+
+
+@dataclass
+class Row:
+    """One line of the table: medians of the product and the baseline, and the median of paired ratios."""
+
+    name: str
+    unit: str
+    target: str
+    product: float
+    baseline: float | None = None
+    ratio: float | None = None
+    passed: bool | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    base_p50_ms: float | None = None
+    base_p99_ms: float | None = None
+    note: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float
+    reps: int
+    connections: int
+    threads: int
+    flow_connections: int
+    warm_s: float
+    mcp_seconds: float
+    runner_jobs: int
+    runner_reps: int
+    latency_jobs: int
+    small_handles: int
+    large_handles: int
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
+           product: Callable[[], Run], baseline: Callable[[], Run], figure: Callable[[Run], float]) -> Row:
+    """Run both sides `plan.reps` times, alternating who goes first; the ratio is product / baseline."""
+    ours: list[Run] = []
+    theirs: list[Run] = []
+    for rep in range(plan.reps):
+        order = (ours, product), (theirs, baseline)
+        for runs, fn in order if rep % 2 == 0 else reversed(order):
+            runs.append(fn())
+    ratios = [figure(a) / figure(b) if figure(b) else float("nan") for a, b in zip(ours, theirs, strict=True)]
+    ratio = median(ratios)
+    errors = sum(r.errors + r.failures for r in ours + theirs)
+    return Row(name, unit, target, median([figure(r) for r in ours]), median([figure(r) for r in theirs]),
+               ratio, ratio >= minimum, median([r.p50_ms for r in ours]), median([r.p99_ms for r in ours]),
+               median([r.p50_ms for r in theirs]), median([r.p99_ms for r in theirs]),
+               note=f"{errors} errors" if errors else "",
+               samples={"product": [figure(r) for r in ours], "baseline": [figure(r) for r in theirs],
+                        "ratio": ratios})
+
+
+def fixed(target: Load, plan: Plan) -> Callable[[], Run]:
+    return lambda: load.run(target, seconds=plan.seconds, connections=plan.connections, threads=plan.threads)
+
+
+def flow(target: Load, plan: Plan) -> Callable[[], Run]:
+    return lambda: load.run(target, seconds=plan.seconds, connections=plan.flow_connections, threads=0)
+
+
+def warm(plan: Plan, *targets: Load) -> None:
+    """One short run each, so that every process has imported, connected and filled its caches."""
+    if plan.warm_s:
+        for target in targets:
+            load.run(target, seconds=plan.warm_s, connections=4, threads=2)
+
+
+def drain_rate(queue_length: Callable[[], int], total: int, start: Callable[[], Any],
+               timeout_s: float = 300.0) -> float:
+    """Messages/s taken off a full queue between 90% and 10% left, sampled every few ms.
+
+    Timing only the middle of the drain leaves out worker start-up and the last stragglers.
+    """
+    start()
+    hi, lo = int(total * 0.9), int(total * 0.1)
+    first: tuple[float, int] | None = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        now, left = time.perf_counter(), queue_length()
+        if first is None and left <= hi:
+            first = (now, left)
+        if first is not None and left <= lo:
+            return (first[1] - left) / (now - first[0]) if now > first[0] else float("nan")
+        time.sleep(0.003)
+    raise RuntimeError("the queue did not drain in time")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -1,0 +1,72 @@
+"""Starting and stopping the processes under test: Redis, gunicorn, Celery workers.
+
+Every process is our own child in its own session, stopped by its own id (SIGTERM, then SIGKILL of
+its group after a grace period), and logs to a file under the run's directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait(10)
+        # Prefork children that outlived their parent go with its group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+
+def start(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> Proc:
+    log = (logs / f"{name}.log").open("ab")
+    popen = subprocess.Popen(list(argv), env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    return Proc(name, popen)
+
+
+def wait_http(proc: Proc, url: str, timeout_s: float = 60.0) -> None:
+    """Wait until `url` answers at all (any status): the server is accepting requests."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}; see its log")
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.name} did not answer {url} within {timeout_s}s") from None
+            time.sleep(0.1)
+
+
+#: Exactly what `tasks-backend web` passes to gunicorn, so the baselines run under the same settings.
+GUNICORN_FLAGS = ("--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30", "--access-logfile", "-")
+
+
+def gunicorn(python: str, app: str, port: int, workers: int, *, worker_class: str | None = None) -> list[str]:
+    flags = list(GUNICORN_FLAGS)
+    if worker_class:
+        flags[1] = worker_class
+    return [python, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *flags, app]

@@ -1,0 +1,362 @@
+"""`make bench`: start Redis, the product, the baselines and their workers; measure; print the table.
+
+Usage: python -m bench.run [--quick] [--only NAME ...]. Every figure is a ratio against a baseline
+measured in the same run, on the same Redis server, under the same gunicorn settings and the same
+load generator (wrk). Results also go to bench/results/ (JSON and a Markdown table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import platform
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from tasks_backend.config import Settings
+from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.runtime import Runtime, build_runtime
+
+from . import fill, procs
+from .baselines.celery_bare import QUEUE as BARE_QUEUE
+from .load import Load
+from .measures import Plan, Row, drain_rate, fixed, flow, median, paired, percentile, warm
+from .report import markdown, table
+
+ROOT = procs.ROOT
+PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
+BASELINE_PY = str(ROOT / ".venv-bench" / "bin" / "python")
+WEB_WORKERS = 4
+MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2026-07-28"}
+MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+#: A smoke run of the whole harness: one short run per side, small counts, no warm-up.
+QUICK = Plan(seconds=1, reps=1, connections=32, threads=2, flow_connections=16, warm_s=0, mcp_seconds=2,
+             runner_jobs=600, runner_reps=1, latency_jobs=10, small_handles=10_000, large_handles=15_000)
+FULL = Plan(seconds=10, reps=3, connections=32, threads=2, flow_connections=16, warm_s=2, mcp_seconds=10,
+            runner_jobs=10_000, runner_reps=3, latency_jobs=200, small_handles=10_000, large_handles=1_000_000)
+
+
+def rpc(method: str, params: dict[str, Any]) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": MCP_META}})
+
+
+class Bench:
+    def __init__(self, plan: Plan, logs: Path) -> None:
+        self.plan, self.logs = plan, logs
+        self.redis = EmbeddedRedis(appendonly=True, data_dir=str(logs / "redis")).start()
+        base = f"redis://127.0.0.1:{self.redis.port}"
+        self.token, self.ops_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+        common = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.product_env = {**common, "REDIS_URL": f"{base}/0", "TASKS_BACKEND_JOBS": "bench.jobs",
+                            "TASKS_BACKEND_TOKENS": f"bench:{self.token},ops:{self.ops_token}",
+                            "TASKS_BACKEND_ADMINS": "ops"}
+        self.baseline_env = {**common, "BENCH_REDIS_URL": f"{base}/0", "BENCH_BROKER_URL": f"{base}/1",
+                             "BENCH_RESULT_URL": f"{base}/1"}
+        self.fastmcp_env = {**common, "BENCH_DOCKET_URL": f"{base}/2"}
+        self.runtime: Runtime = build_runtime(Settings.from_env(self.product_env))
+        self.db0 = redis.Redis(port=self.redis.port, db=0)
+        self.db1 = redis.Redis(port=self.redis.port, db=1)
+        self.ports = {name: free_port() for name in ("product", "baseline", "fastmcp")}
+        self.url = {name: f"http://127.0.0.1:{port}" for name, port in self.ports.items()}
+        self.running: dict[str, procs.Proc] = {}
+        self.rows: list[Row] = []
+        self.retained = 0
+
+    # -- processes ---------------------------------------------------------------------
+    def up(self, name: str) -> None:
+        if name in self.running:
+            return
+        if name == "product":
+            argv = [str(ROOT / ".venv/bin/tasks-backend"), "web", "--workers", str(WEB_WORKERS),
+                    "--bind", f"127.0.0.1:{self.ports['product']}"]
+            env = self.product_env
+        elif name == "baseline":
+            argv = procs.gunicorn(PRODUCT_PY, "bench.baselines.flask_bare:create_app()", self.ports["baseline"],
+                                  WEB_WORKERS)
+            env = self.baseline_env
+        elif name == "fastmcp":
+            argv = procs.gunicorn(BASELINE_PY, "bench.baselines.fastmcp_server:create_app()", self.ports["fastmcp"],
+                                  WEB_WORKERS, worker_class="uvicorn_worker.UvicornWorker")
+            env = self.fastmcp_env
+        elif name == "product-worker":
+            argv = [str(ROOT / ".venv/bin/tasks-backend"), "worker", "--concurrency", "2", "--pool", "prefork"]
+            env = self.product_env
+        elif name == "baseline-worker":
+            argv = [PRODUCT_PY, "-m", "celery", "-A", "bench.baselines.celery_bare", "worker", "-Q", BARE_QUEUE,
+                    "--loglevel=INFO", "--concurrency", "2", "--pool", "prefork"]
+            env = self.baseline_env
+        else:
+            raise ValueError(name)
+        proc = procs.start(name, argv, env, self.logs)
+        self.running[name] = proc
+        if name in self.url:
+            procs.wait_http(proc, self.url[name] + "/healthz")
+
+    def down(self, name: str) -> None:
+        proc = self.running.pop(name, None)
+        if proc:
+            proc.stop()
+
+    def close(self) -> None:
+        for name in list(self.running):
+            self.down(name)
+        self.redis.stop()
+
+    # -- loads -----------------------------------------------------------------------
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    def write_ids(self, name: str, ids: list[str]) -> Path:
+        path = self.logs / f"{name}.ids"
+        path.write_text("\n".join(ids) + "\n")
+        return path
+
+    def finished(self, count: int, owner: str | None = None) -> list[str]:
+        ids = fill.finished_handles(self.runtime, self.retained, count,
+                                    owner=(lambda n: owner) if owner else (lambda n: f"owner-{n // fill.PER_OWNER}"))
+        self.retained += count
+        return ids
+
+    def purge_queues(self) -> None:
+        self.db0.delete(self.runtime.settings.queue)
+        self.db1.delete(BARE_QUEUE)
+
+    # -- measures ----------------------------------------------------------------------
+    def poll(self) -> None:
+        ids = self.write_ids("poll", self.finished(1000, owner="bench"))
+        ours = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(), ids=ids)
+        theirs = Load(self.url["baseline"], path="/hash/%s", ids=ids)
+        warm(self.plan, ours, theirs)
+        self.rows.append(paired("poll GET /v1/jobs/{id}", "req/s", ">= 0.9x bare HGETALL route", 0.9, self.plan,
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+
+    def submit(self) -> None:
+        body = json.dumps({"operation": "bench.noop", "params": {}})
+        ours = Load(self.url["product"], method="POST", path="/v1/jobs", body=body,
+                    headers={**self.auth(), "Content-Type": "application/json"})
+        theirs = Load(self.url["baseline"], method="POST", path="/jobs")
+        warm(self.plan, ours, theirs)
+        self.rows.append(paired("submit POST /v1/jobs", "req/s", ">= 1.0x bare apply_async route", 1.0, self.plan,
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+        self.purge_queues()
+
+    def runner(self) -> None:
+        n = self.plan.runner_jobs
+        service = self.runtime.service
+        from .baselines.celery_bare import make_app
+
+        bare = make_app(self.baseline_env["BENCH_BROKER_URL"], None).tasks["bench.bare_noop"]
+        ours: list[float] = []
+        theirs: list[float] = []
+        for rep in range(self.plan.runner_reps):
+            sides = [("product", ours), ("baseline", theirs)]
+            for side, out in sides if rep % 2 == 0 else reversed(sides):
+                if side == "product":
+                    for _ in range(n):
+                        service.submit("bench", "bench.noop", {})
+                    queue, db, worker = self.runtime.settings.queue, self.db0, "product-worker"
+                else:
+                    for _ in range(n):
+                        bare.apply_async()
+                    queue, db, worker = BARE_QUEUE, self.db1, "baseline-worker"
+                out.append(drain_rate(functools.partial(self.queue_length, db, queue), n,
+                                      functools.partial(self.up, worker)))
+                self.wait_empty(db, queue)
+                self.down(worker)
+        ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+        self.rows.append(Row("no-op jobs through the runner alone", "jobs/s",
+                             ">= 0.8x bare Celery no-op (prefork -c 2, acks_late, prefetch 1)", median(ours),
+                             median(theirs), median(ratios), median(ratios) >= 0.8,
+                             samples={"product": ours, "baseline": theirs, "ratio": ratios}))
+
+    @staticmethod
+    def queue_length(db: redis.Redis, queue: str) -> int:
+        return int(db.llen(queue))
+
+    def wait_empty(self, db: redis.Redis, queue: str, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (db.llen(queue) or db.hlen("unacked")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def end_to_end(self) -> None:
+        self.up("product-worker")
+        self.up("baseline-worker")
+        self.latency()
+        body = json.dumps({"operation": "bench.noop", "params": {}})
+        delay = {"BENCH_POLL_DELAY_MS": "10"}
+        ours = Load(self.url["product"], method="POST", path="/v1/jobs", body=body,
+                    headers={**self.auth(), "Content-Type": "application/json"},
+                    flow={**delay, "BENCH_POLL_PATH": "/v1/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
+                          "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
+        theirs = Load(self.url["baseline"], method="POST", path="/jobs",
+                      flow={**delay, "BENCH_POLL_PATH": "/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
+                            "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
+        warm(self.plan, ours, theirs)
+        self.rows.append(paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.0x bare route + bare Celery",
+                                1.0, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s))
+
+    def latency(self) -> None:
+        """Submit -> running on an idle system: one job at a time, read from the job's own event feed."""
+        keys, store = self.runtime.store.keys, self.runtime.store
+        client_ms: list[float] = []
+        server_ms: list[float] = []
+        with httpx.Client(base_url=self.url["product"], headers=self.auth(), timeout=10) as http:
+            for i in range(self.plan.latency_jobs + 3):
+                sent = time.time() * 1000
+                job = http.post("/v1/jobs", json={"operation": "bench.noop", "params": {}}).json()
+                deadline = time.monotonic() + 30
+                running = None
+                while running is None and time.monotonic() < deadline:
+                    entries = store.redis.xrange(keys.events(job["taskId"]))
+                    running = next((int(f["u"]) for _, f in entries if f.get("s") == "running"), None)
+                    if running is None:
+                        time.sleep(0.002)
+                record = store.get(job["taskId"])
+                if running is None or record is None:
+                    raise RuntimeError("a latency probe job never ran")
+                if i >= 3:  # the first jobs meet cold worker processes
+                    client_ms.append(running - sent)
+                    server_ms.append(running - record.created_ms)
+                while not (store.get(job["taskId"]) or record).terminal and time.monotonic() < deadline:
+                    time.sleep(0.002)
+        p50 = median(client_ms)
+        self.rows.append(Row("submit -> job running, idle", "ms p50", "p50 <= 5 ms", p50, passed=p50 <= 5,
+                             p50_ms=p50, p99_ms=percentile(client_ms, 0.99),
+                             note=f"server-side (createdAt -> running) p50 {median(server_ms):.1f} ms",
+                             samples={"client_ms": client_ms, "server_ms": server_ms}))
+
+    def mcp(self) -> None:
+        self.up("product-worker")
+        self.up("fastmcp")
+        plan = dataclasses.replace(self.plan, seconds=self.plan.mcp_seconds)
+        call = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
+        get = rpc("tasks/get", {"taskId": "%s"})
+        call_headers = {**MCP_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "bench.noop"}
+        ours_call = Load(self.url["product"], method="POST", path="/mcp", body=call,
+                         headers={**call_headers, **self.auth()})
+        theirs_call = Load(self.url["fastmcp"], method="POST", path="/mcp", body=call, headers=call_headers)
+        warm(self.plan, ours_call, theirs_call)
+        self.rows.append(paired("MCP tools/call -> task handle", "req/s", ">= 5x fastmcp-tasks 4.1.4", 5.0,
+                                plan, fixed(ours_call, plan), fixed(theirs_call, plan),
+                                lambda r: r.rps))
+
+        def flow_load(url: str, extra: dict[str, str]) -> Load:
+            return Load(url, method="POST", path="/mcp", body=call, headers={**MCP_HEADERS, **extra},
+                        flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_METHOD": "POST", "BENCH_POLL_PATH": "/mcp",
+                              "BENCH_POLL_BODY": get,
+                              "BENCH_SUBMIT_HEADERS": "Mcp-Method: tools/call|Mcp-Name: bench.noop",
+                              "BENCH_POLL_HEADERS": "Mcp-Method: tasks/get",
+                              "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
+                              "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
+
+        ours_flow = flow_load(self.url["product"], self.auth())
+        theirs_flow = flow_load(self.url["fastmcp"], {})
+        self.rows.append(paired("MCP jobs completed end to end", "jobs/s", ">= 5x fastmcp-tasks 4.1.4", 5.0,
+                                plan, flow(ours_flow, plan), flow(theirs_flow, plan),
+                                lambda r: r.jobs_per_s))
+        self.down("fastmcp")
+
+    def scale(self) -> None:
+        """Poll p99 and memory per handle as retained finished handles grow from small to large."""
+        for worker in ("product-worker", "baseline-worker"):
+            self.down(worker)
+        small, large = self.plan.small_handles, self.plan.large_handles
+        ids = self.finished(max(0, small - self.retained))
+        self.settle()
+        before_mem, before_n = self.used_memory(), self.retained
+        sample = self.write_ids("small", ids[-1000:])
+        target = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(self.ops_token), ids=sample)
+        warm(self.plan, target)
+        p99_small = [fixed(target, self.plan)().p99_ms for _ in range(self.plan.reps)]
+        added: list[str] = []
+        while self.retained < large:
+            added += self.finished(min(100_000, large - self.retained))
+        self.settle()
+        with_feeds = self.used_memory()
+        fill.drop_feeds(self.runtime, added)
+        self.settle()
+        after_mem = self.used_memory()
+        per_handle = (after_mem - before_mem) / (self.retained - before_n)
+        per_handle_feeds = (with_feeds - before_mem) / (self.retained - before_n)
+        self.rows.append(Row("Redis memory per retained finished handle", "bytes", "<= 600 bytes (small result)",
+                             per_handle, passed=per_handle <= 600,
+                             note=f"{per_handle_feeds:.0f} bytes while the 60 s event feed is still kept; "
+                                  f"{fill.PER_OWNER} handles per owner"))
+        picked = [added[i] for i in range(0, len(added), max(1, len(added) // 1000))][:1000]
+        target = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(self.ops_token),
+                      ids=self.write_ids("large", picked))
+        warm(self.plan, target)
+        p99_large = [fixed(target, self.plan)().p99_ms for _ in range(self.plan.reps)]
+        ratio = median(p99_large) / median(p99_small)
+        self.rows.append(Row(f"poll p99 with {large:,} retained vs {small:,}", "ms p99", "<= 1.2x", median(p99_large),
+                             median(p99_small), ratio, ratio <= 1.2, p99_ms=median(p99_large),
+                             base_p99_ms=median(p99_small), samples={"large": p99_large, "small": p99_small}))
+
+    def used_memory(self) -> int:
+        return int(self.db0.info("memory")["used_memory"])
+
+    def settle(self, timeout_s: float = 600) -> None:
+        """Wait for any AOF rewrite to finish, so that no fork competes with what is measured next."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            info = self.db0.info("persistence")
+            if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+                return
+            time.sleep(0.2)
+
+
+MEASURES = ("poll", "submit", "runner", "end_to_end", "mcp", "scale")
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kb = int(next(x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")).split()[1])
+    return (f"{os.cpu_count()} cores ({cpu}), {mem_kb / 1048576:.0f} GiB, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short runs, small handle counts: under a minute")
+    parser.add_argument("--only", nargs="*", choices=MEASURES, help="run only these measures")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logs = ROOT / "bench" / "results" / stamp
+    (logs / "redis").mkdir(parents=True)
+    started = time.monotonic()
+    bench = Bench(plan, logs)
+    try:
+        bench.up("product")
+        bench.up("baseline")
+        for name in args.only or MEASURES:
+            getattr(bench, name)()
+            print(f"  {name} done ({time.monotonic() - started:.0f}s)", file=sys.stderr, flush=True)
+    finally:
+        bench.close()
+    header = (f"tasks-backend benchmark, {'quick' if args.quick else 'full'} run {stamp}, "
+              f"{time.monotonic() - started:.0f} s; {machine()}")
+    print(header)
+    print(table(bench.rows))
+    (logs / "table.md").write_text(header + "\n\n" + markdown(bench.rows) + "\n")
+    (logs / "results.json").write_text(json.dumps({"header": header, "plan": plan.__dict__,
+                                                   "rows": [r.__dict__ for r in bench.rows]}, indent=2))
+    print(f"\nlogs and results: {logs.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+# `make bench` (full run, about 10 minutes) and `make bench QUICK=1` (a smoke run, under a minute).
+# It starts its own Redis, gunicorn and workers; the load generator is wrk (Debian's package). The
+# fastmcp baseline server needs fastmcp + fastmcp-tasks 4.1.4, which cannot share the product's
+# environment, so it gets its own, built once: rebuilt only when these rules change.
+BENCH_VENV ?= .venv-bench
+BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
+QUICK ?=
+BENCH_ARGS ?=
+
+.PHONY: bench bench-deps
+
+bench: install bench-deps
+	$(PY) -m bench.run $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+bench-deps: $(BENCH_VENV)/.installed
+	@command -v wrk >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq wrk) >/dev/null; } || \
+		{ echo "bench: wrk is needed (apt-get install wrk)"; exit 1; }
+
+$(BENCH_VENV)/.installed: mk/bench.mk
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q $(BENCH_PINS)
+	touch $@
