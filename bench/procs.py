@@ -61,7 +61,7 @@ def wait_http(proc: Proc, url: str, timeout_s: float = 60.0) -> None:
             time.sleep(0.1)
 
 
-#: Exactly what `tasks-backend web` passes to gunicorn, so the baselines run under the same settings.
+#: Exactly what `tasks-backend web --threads 1` passes to gunicorn, so the baselines run under the same settings.
 GUNICORN_FLAGS = ("--worker-class", "sync", "--timeout", "60", "--graceful-timeout", "30", "--access-logfile", "-")
 
 

@@ -79,7 +79,9 @@ class Bench:
         if name in self.running:
             return
         if name == "product":
-            argv = [str(ROOT / ".venv/bin/tasks-backend"), "web", "--workers", str(WEB_WORKERS),
+            # Sync workers, as the baselines get (`--threads 1`): per-request cost is what is compared, and
+            # gthread's keep-alive pins wrk's connections unevenly to processes (see perf-notes).
+            argv = [str(ROOT / ".venv/bin/tasks-backend"), "web", "--workers", str(WEB_WORKERS), "--threads", "1",
                     "--bind", f"127.0.0.1:{self.ports['product']}"]
             env = self.product_env
         elif name == "baseline":
@@ -251,6 +253,9 @@ class Bench:
         self.rows.append(paired("MCP tools/call -> task handle", "req/s", ">= 5x fastmcp-tasks 4.1.4", 5.0,
                                 plan, fixed(ours_call, plan), fixed(theirs_call, plan),
                                 lambda r: r.rps))
+        # The calls above leave a backlog of queued jobs on both sides; the end-to-end flow must not wait
+        # behind it.
+        self.purge_queues()
 
         def flow_load(url: str, extra: dict[str, str]) -> Load:
             return Load(url, method="POST", path="/mcp", body=call, headers={**MCP_HEADERS, **extra},

@@ -57,6 +57,8 @@ class Authenticator:
         self._static = parse_static_tokens(settings.tokens or "")
         self._file_entries: list[tuple[str, str]] = []
         self._file_stamp: tuple[float, int] | None = None
+        self._index: dict[str, tuple[str, str]] = {}
+        self._indexed_from: list[tuple[str, str]] | None = None
         self._jwt_key = settings.jwt_public_key or settings.jwt_secret
         self._jwt_algorithms = ["RS256"] if settings.jwt_public_key else ["HS256"]
 
@@ -67,11 +69,13 @@ class Authenticator:
     def _file_tokens(self) -> list[tuple[str, str]]:
         path = self.settings.tokens_file
         if not path:
-            return []
+            return self._file_entries
         try:
             st = os.stat(path)
         except OSError:
-            return []
+            if self._file_stamp is not None:  # the file went away: so did its tokens
+                self._file_entries, self._file_stamp = [], None
+            return self._file_entries
         stamp = (st.st_mtime, st.st_size)
         if stamp != self._file_stamp:
             with open(path, encoding="utf-8") as fh:
@@ -92,12 +96,22 @@ class Authenticator:
         return Principal(name=name, admin=name in self.settings.admins)
 
     def _match_digest(self, token: str) -> str | None:
+        # Looked up by the token's SHA-256: a lookup's timing can only tell about a digest, and a
+        # digest tells nothing an attacker can steer towards a real token. The final comparison is
+        # constant-time all the same.
         digest = token_digest(token)
-        found: str | None = None
-        for principal, expected in (*self._static, *self._file_tokens()):
-            if hmac.compare_digest(digest, expected) and found is None:
-                found = principal
-        return found
+        found = self._by_digest().get(digest)
+        if found is None or not hmac.compare_digest(digest, found[1]):
+            return None
+        return found[0]
+
+    def _by_digest(self) -> dict[str, tuple[str, str]]:
+        entries = self._file_tokens()
+        if entries is not self._indexed_from:
+            index = {d: (p, d) for p, d in self._static}
+            index.update({d: (p, d) for p, d in entries})
+            self._index, self._indexed_from = index, entries
+        return self._index
 
     def _match_jwt(self, token: str) -> str | None:
         assert self._jwt_key is not None

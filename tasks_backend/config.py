@@ -49,6 +49,7 @@ class Settings:
     redis_socket_timeout_s: float = 2.0
     max_body_bytes: int = 1024 * 1024
     sse_max_s: float = 25.0
+    task_events: bool = False
     celery_overrides: dict[str, Any] = field(default_factory=dict)
 
     #: Let A2A push notifications target loopback, link-local and private addresses (dev and tests only).
@@ -89,6 +90,7 @@ class Settings:
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
             "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),
             "sse_max_s": _float(e, "TASKS_BACKEND_SSE_MAX", cls.sse_max_s),
+            "task_events": (e.get("TASKS_BACKEND_TASK_EVENTS") or "").lower() in ("1", "true"),
             "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),

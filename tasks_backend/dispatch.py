@@ -52,7 +52,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_on_failure_or_timeout": True,
         "task_track_started": True,
         "task_send_sent_event": True,
-        "worker_send_task_events": True,
+        # Off until a monitor asks: Flower broadcasts `enable_events` every few seconds while it runs, so
+        # workers pay for three event publishes per job only while someone is watching.
+        "worker_send_task_events": settings.task_events,
         "worker_prefetch_multiplier": 1,
         "worker_disable_prefetch": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,

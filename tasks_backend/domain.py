@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,7 +78,7 @@ class JobRecord:
     updated_ms: int
     ttl_ms: int
     poll_ms: int
-    params: dict[str, Any] = field(default_factory=dict)
+    params_json: str = "{}"
     status_message: str | None = None
     progress: float | None = None
     total: float | None = None
@@ -91,6 +91,12 @@ class JobRecord:
     token: int = 0
     lease_until_ms: int = 0
     idempotency_key: str | None = None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The job's parameters (parsed on use: polls never need them)."""
+        value = json.loads(self.params_json)
+        return value if isinstance(value, dict) else {}
 
     @property
     def terminal(self) -> bool:
@@ -121,7 +127,7 @@ class JobRecord:
             updated_ms=int(raw["updated"]),
             ttl_ms=int(raw["ttl"]),
             poll_ms=int(raw["poll"]),
-            params=js("params") or {},
+            params_json=raw.get("params") or "{}",
             status_message=raw.get("msg") or None,
             progress=num("done"),
             total=num("total"),
