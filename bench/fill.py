@@ -77,7 +77,7 @@ def finished_handles(runtime: Runtime, start: int, count: int, *, owner: Callabl
 
 
 def drop_feeds(runtime: Runtime, ids: list[str], batch: int = 5000) -> None:
-    """Remove the finished jobs' event feeds, as their 60 s expiry would (so memory can be read now)."""
+    """Remove the finished jobs' event feeds, as their expiry 60 s after the end would (so memory can be read now)."""
     keys = runtime.store.keys
     for i in range(0, len(ids), batch):
         runtime.store.redis.unlink(*[keys.events(j) for j in ids[i:i + batch]])

@@ -297,7 +297,7 @@ class Bench:
         per_handle_feeds = (with_feeds - before_mem) / (self.retained - before_n)
         self.rows.append(Row("Redis memory per retained finished handle", "bytes", "<= 600 bytes (small result)",
                              per_handle, passed=per_handle <= 600,
-                             note=f"{per_handle_feeds:.0f} bytes while the 60 s event feed is still kept; "
+                             note=f"{per_handle_feeds:.0f} bytes while the event feed is kept (60 s after the end); "
                                   f"{fill.PER_OWNER} handles per owner"))
         picked = [added[i] for i in range(0, len(added), max(1, len(added) // 1000))][:1000]
         target = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(self.ops_token),

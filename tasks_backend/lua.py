@@ -16,18 +16,24 @@ local function in_csv(value, csv)
 end
 
 -- Append the job's current public state to its feed and keep every key on the job's expiry.
+-- A job's keys all expire at createdAt + ttlMs.
+local function expiry()
+  local h = redis.call('HMGET', KEYS[1], 'created', 'ttl')
+  return tonumber(h[1]) + tonumber(h[2])
+end
+
 local function emit(now, terminal)
-  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total', 'exp')
+  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total')
   local entry = {'s', h[1], 'u', now}
   if h[2] then table.insert(entry, 'm'); table.insert(entry, h[2]) end
   if h[3] then table.insert(entry, 'd'); table.insert(entry, h[3]) end
   if h[4] then table.insert(entry, 't'); table.insert(entry, h[4]) end
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
-  local exp = tonumber(h[5])
+  local exp = expiry()
   redis.call('PEXPIREAT', KEYS[1], exp)
   if terminal then
     -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
-    -- for live subscribers to read the final entry.
+    -- for live subscribers and push deliveries (which retry for up to a minute) to read the final entry.
     redis.call('DEL', KEYS[3], KEYS[4])
     redis.call('PEXPIREAT', KEYS[2], math.min(exp, tonumber(now) + 60000))
   else
@@ -47,7 +53,7 @@ local function apply_fields(from)
 end
 """
 
-# ARGV: now, exp, name/value pairs of the new record.
+# ARGV: now, unused, name/value pairs of the new record.
 CREATE = r"""
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 apply_fields(3)
@@ -141,12 +147,12 @@ return 0
 
 # ARGV: now, token, step name, JSON value. Returns {'ok'|'exists'|'fenced', value}.
 STEP = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'exp')
+local h = redis.call('HMGET', KEYS[1], 'state', 'token')
 if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'fenced', ''} end
 if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 0 then
   return {'exists', redis.call('HGET', KEYS[3], ARGV[3])}
 end
-redis.call('PEXPIREAT', KEYS[3], tonumber(h[3]))
+redis.call('PEXPIREAT', KEYS[3], expiry())
 return {'ok', ARGV[4]}
 """
 
@@ -169,7 +175,7 @@ return 'cancelled'
 # ARGV: now, owner, then key/JSON answer pairs. Unknown and already answered keys are ignored.
 # Returns {outcome, open count}: queued | waiting | conflict | missing.
 INPUT = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq', 'exp')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq')
 if not h[1] or h[2] ~= ARGV[2] then return {'missing', 0} end
 if h[1] ~= 'input_required' then return {'conflict', 0} end
 local requests = cjson.decode(h[3] or '{}')
@@ -179,7 +185,7 @@ for i = 3, #ARGV, 2 do
     changed = true
   end
 end
-redis.call('PEXPIREAT', KEYS[4], tonumber(h[4]))
+redis.call('PEXPIREAT', KEYS[4], expiry())
 local open, still = 0, {}
 for key, request in pairs(requests) do
   if redis.call('HEXISTS', KEYS[4], key) == 0 then open = open + 1; still[key] = request end

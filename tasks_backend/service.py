@@ -138,7 +138,7 @@ class JobService:
             created = self.clock()
             fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "created": str(created),
                       "updated": str(created), "ttl": str(ttl_ms), "poll": str(poll_ms),
-                      "exp": str(created + ttl_ms), "params": canonical_json(stored_params)}
+                      "params": canonical_json(stored_params)}
             if idempotency_key is not None:
                 fields["idem"] = idempotency_key
             # Without an idempotency key nothing can make this job an orphan, so the enqueue may ride in

@@ -115,8 +115,10 @@ def runtime(settings: Settings) -> Runtime:
 def worker(settings: Settings) -> Iterator[Any]:
     """A real Celery worker consuming the session's queue, in this process (threads pool)."""
     app = create_celery(settings)
+    # With heartbeats on, as in a real worker, the worker has an event dispatcher that a monitor
+    # (Flower) can switch on with `enable_events`; task events are off until then.
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING",
-                      shutdown_timeout=15):
+                      shutdown_timeout=15, without_heartbeat=False):
         yield app
 
 

@@ -100,7 +100,7 @@ def test_sweeper_drops_an_orphan_of_a_lost_idempotency_race(runtime: Runtime) ->
     winner, _ = runtime.service.submit(owner, "test.noop", {}, idempotency_key="race")
     now = now_ms()
     fields = {"owner": owner, "op": "test.noop", "state": "queued", "created": str(now - 60_000),
-              "updated": str(now - 60_000), "ttl": "600000", "poll": "100", "exp": str(now + 600_000),
+              "updated": str(now - 60_000), "ttl": "600000", "poll": "100",
               "params": "{}", "idem": "race"}
     orphan_id = "00000000-0000-4000-8000-000000000001"
     runtime.store.redis.hset(runtime.store.keys.job(orphan_id), mapping=fields)
