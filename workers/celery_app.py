@@ -38,7 +38,7 @@ def create_celery(settings: Settings | None = None) -> Celery:
               ignore_result=True, throws=(JobFailedOutcome,))
     def run_job(self: Task[Any, Any], job_id: str) -> str:
         outcome = runtime().executor().run(job_id)
-        log.info("job %s: %s", job_id, outcome)
+        log.debug("job %s: %s", job_id, outcome)  # Celery logs the outcome as the task's return value
         return celery_outcome(outcome)
 
     return app
