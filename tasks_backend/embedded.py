@@ -55,6 +55,8 @@ class EmbeddedRedis:
         args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir,
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "yes", "--daemonize", "no",
+                # Job event feeds are short streams: see docker-compose.yml.
+                "--stream-node-max-bytes", "1024",
                 "--logfile", str(Path(self.data_dir) / "redis.log")]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
