@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from flask import Blueprint, Flask, Response, current_app, jsonify
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -87,25 +87,12 @@ class _JobCollector(Collector):
 
 
 def install(app: Flask, runtime: Runtime) -> None:
+    """Job metrics only, read from Redis at scrape time. Per-request counters are left to the proxy
+    in front: under several gunicorn processes, each with its own registry, every scrape would see a
+    different process's counts."""
     registry = CollectorRegistry(auto_describe=True)
-    requests = Counter("tasks_backend_http_requests", "HTTP requests", ["endpoint", "method", "status"],
-                       registry=registry)
-    latency = Histogram("tasks_backend_http_request_seconds", "HTTP request latency", ["endpoint"],
-                        registry=registry)
     registry.register(_JobCollector(runtime))
     app.extensions["tasks_backend_metrics"] = registry
-
-    @app.before_request
-    def _start() -> None:
-        g.started = time.perf_counter()
-
-    @app.after_request
-    def _count(response: Response) -> Response:
-        endpoint = request.endpoint or "unknown"
-        requests.labels(endpoint, request.method, str(response.status_code)).inc()
-        if "started" in g:
-            latency.labels(endpoint).observe(time.perf_counter() - g.started)
-        return response
 
 
 @bp.get("/healthz")

@@ -27,7 +27,15 @@ _SECRETS = re.compile(r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:bea
 _QUIET = ("httpx", "httpcore")
 
 
+_SECRET_HINTS = ("bearer", "authorization", "basic", "token")
+
+
 def mask_secrets(text: str) -> str:
+    # Most lines (every access log line) carry none of the words the pattern starts with: a few
+    # substring checks spare them the regex.
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _SECRET_HINTS):
+        return text
     return _SECRETS.sub(lambda m: m.group(1) + "[redacted]", text)
 
 

@@ -23,13 +23,13 @@ local function expiry()
 end
 
 local function emit(now, terminal)
-  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total')
+  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total', 'created', 'ttl')
   local entry = {'s', h[1], 'u', now}
   if h[2] then table.insert(entry, 'm'); table.insert(entry, h[2]) end
   if h[3] then table.insert(entry, 'd'); table.insert(entry, h[3]) end
   if h[4] then table.insert(entry, 't'); table.insert(entry, h[4]) end
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
-  local exp = expiry()
+  local exp = tonumber(h[5]) + tonumber(h[6])
   redis.call('PEXPIREAT', KEYS[1], exp)
   if terminal then
     -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
@@ -53,11 +53,14 @@ local function apply_fields(from)
 end
 """
 
-# ARGV: now, unused, name/value pairs of the new record.
+# ARGV: now, expiry (createdAt + ttlMs), name/value pairs of the new record (state first).
+# The hot path of every submit: a handful of calls, nothing read back.
 CREATE = r"""
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-apply_fields(3)
-emit(ARGV[1], false)
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[4], 'u', ARGV[1])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+redis.call('PEXPIREAT', KEYS[2], ARGV[2])
 return 1
 """
 

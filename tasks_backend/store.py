@@ -109,7 +109,8 @@ class RedisStore:
         owner_keys = [self.keys.owner_index(owner)]
         if idem_key is not None:
             owner_keys.append(self.keys.idempotency(owner, idem_key))
-        pairs = [x for kv in fields.items() for x in kv]
+        # The script reads the state from the first pair.
+        pairs = ["state", fields["state"], *(x for k, v in fields.items() if k != "state" for x in (k, v))]
 
         def build(p: Any) -> None:
             self._eval(p, "create", self.keys.job_keys(job_id), created_ms, created_ms + ttl_ms, *pairs)

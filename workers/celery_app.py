@@ -38,7 +38,8 @@ def create_celery(settings: Settings | None = None) -> Celery:
               ignore_result=True, throws=(JobFailedOutcome,))
     def run_job(self: Task[Any, Any], job_id: str) -> str:
         outcome = runtime().executor().run(job_id)
-        log.debug("job %s: %s", job_id, outcome)  # Celery logs the outcome as the task's return value
+        # Celery's own line already carries the outcome; say more only when the job did not complete.
+        log.log(logging.DEBUG if outcome == "completed" else logging.INFO, "job %s: %s", job_id, outcome)
         return celery_outcome(outcome)
 
     return app

@@ -198,7 +198,7 @@ def test_openapi_health_and_metrics(client: Any) -> None:
     health = client.get("/healthz")
     assert health.status_code == 200 and health.get_json()["checks"] == {"redis": True, "broker": True}
     metrics = client.get("/metrics", headers=ALICE)
-    assert metrics.status_code == 200 and b"tasks_backend_http_requests_total" in metrics.data
+    assert metrics.status_code == 200 and b"tasks_backend_queue_depth" in metrics.data
 
 
 def test_admin_reads_any_job_but_cannot_cancel_it(client: Any, tmp_path: Path) -> None:

@@ -103,7 +103,7 @@ def test_a_worker_logs_with_task_id(worker: Any, runtime: Runtime, caplog: Any) 
     handler.setFormatter(JsonFormatter())
     logging.getLogger("workers").addHandler(handler)
     try:
-        record, _ = runtime.service.submit(Principal("logger"), "demo.export", {"rows": 1})
+        record, _ = runtime.service.submit(Principal("logger"), "demo.fail", {"message": "logged"})
         wait_until(lambda: record.id in stream.getvalue(), 30, message="the worker's log line")
     finally:
         logging.getLogger("workers").removeHandler(handler)
@@ -111,4 +111,4 @@ def test_a_worker_logs_with_task_id(worker: Any, runtime: Runtime, caplog: Any) 
             logging.getLogger().removeHandler(installed)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     mine = [line for line in lines if record.id in line["message"]]
-    assert mine[0]["taskId"] == record.id and mine[0]["operation"] == "demo.export"
+    assert mine[0]["taskId"] == record.id and mine[0]["operation"] == "demo.fail"
