@@ -42,8 +42,9 @@ def _retry_after(record: JobRecord) -> str:
 
 
 def _handle_response(record: JobRecord, status: int, body: dict[str, Any] | None = None) -> Response:
-    response = jsonify(body if body is not None else detailed(record))
-    response.status_code = status
+    # Straight to json.dumps: this is the poll path, and Flask's jsonify costs several times more.
+    payload = json.dumps(body if body is not None else detailed(record), separators=(",", ":"))
+    response = Response(payload, status=status, mimetype="application/json")
     if not record.terminal:
         response.headers["Retry-After"] = _retry_after(record)
     return response
