@@ -15,7 +15,7 @@ from typing import Any
 from tasks_backend.domain import JobState, now_ms
 from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
-from tasks_backend.store import RedisStore
+from tasks_backend.store import TERMINAL_CSV, RedisStore
 
 RESULT = json.dumps({"ok": True})
 WORKER = "bench-host:1"
@@ -34,10 +34,10 @@ class _NoDispatch:
 class _Batched(RedisStore):
     """A store whose round trips are collected, then sent as one pipeline by `flush`."""
 
-    # A stand-in reply that reads as success to every call made here: create reads [1] (None:
-    # created), claim reads [0] = (outcome, token) and [2] = the record, transition reads [0].
-    # The real replies are checked in `flush` (pipeline errors raise).
-    _REPLY: list[Any] = [("ok", 1), None, {}]
+    # A stand-in reply that reads as success to the calls made through `_run` here: create reads
+    # [1] (None: created), transition reads [0] = (outcome, state before). The claim is queued with
+    # `claim_later`, which reads nothing. The real replies are checked in `flush` (errors raise).
+    _REPLY: list[Any] = [("ok", "running"), None]
 
     def __init__(self, store: RedisStore) -> None:
         super().__init__(store.redis, store.keys, max_ttl_ms=store.max_ttl_ms)
@@ -47,6 +47,12 @@ class _Batched(RedisStore):
     def _run(self, build: Callable[[Any], None]) -> list[Any]:
         self._builds.append(build)
         return list(self._REPLY)
+
+    def claim_later(self, job_id: str, *, lease_ms: int, max_attempts: int) -> None:
+        """The product's claim script, queued for the next flush (its reply is not needed here)."""
+        self._builds.append(lambda p: self._eval(p, "claim", self.keys.job_keys(job_id), now_ms(), lease_ms,
+                                                 WORKER, max_attempts, TERMINAL_CSV,
+                                                 '{"message": "", "type": ""}'))
 
     def flush(self) -> None:
         pipe = self.redis.pipeline(transaction=False)
@@ -65,8 +71,7 @@ def finished_handles(runtime: Runtime, start: int, count: int, *, owner: Callabl
     ids: list[str] = []
     for n in range(start, start + count):
         record, _ = service.submit(owner(n), "bench.noop", {})
-        store.claim(record.id, now_ms=now_ms(), lease_ms=lease_ms, worker=WORKER,
-                    max_attempts=runtime.settings.max_attempts, exhausted_error={"message": "", "type": ""})
+        store.claim_later(record.id, lease_ms=lease_ms, max_attempts=runtime.settings.max_attempts)
         store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": ""},
                          now_ms=now_ms())
         ids.append(record.id)

@@ -94,7 +94,8 @@ return {'ok', cur[1]}
 """
 
 # ARGV: now, lease ms, worker name, max attempts, terminal csv, exhausted error json.
-# Returns {outcome, token}: ok | missing | terminal | parked | busy | cancelled | exhausted.
+# Returns {outcome, token[, the claimed record as HGETALL]}: ok | missing | terminal | parked | busy |
+# cancelled | exhausted.
 CLAIM = r"""
 local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'lease', 'attempts', 'cancel')
 local state = h[1]
@@ -122,7 +123,7 @@ redis.call('HDEL', KEYS[1], 'msg')
 redis.call('HSET', KEYS[1], 'state', 'running', 'updated', ARGV[1], 'token', token,
            'lease', now + tonumber(ARGV[2]), 'attempts', attempts, 'worker', ARGV[3])
 emit(ARGV[1], false)
-return {'ok', token}
+return {'ok', token, redis.call('HGETALL', KEYS[1])}
 """
 
 # ARGV: now, token, lease ms. Returns 1 if cancellation was requested, 0 if not, -1 if fenced or gone.

@@ -24,7 +24,7 @@ from .lua import SCRIPTS
 
 T = TypeVar("T")
 
-_TERMINAL_CSV = ",".join(sorted(TERMINAL_STATES))
+TERMINAL_CSV = ",".join(sorted(TERMINAL_STATES))
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)
 
 
@@ -208,7 +208,7 @@ class RedisStore:
 
         def build(p: Any) -> None:
             self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, "" if token is None else token,
-                       target.value, allowed, _TERMINAL_CSV, owner, *pairs)
+                       target.value, allowed, TERMINAL_CSV, owner, *pairs)
             if target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED:
                 p.zrem(self.keys.sweep(), job_id)
             if also is not None:
@@ -219,26 +219,25 @@ class RedisStore:
 
     def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
               exhausted_error: dict[str, Any]) -> tuple[str, JobRecord | None]:
-        """Take the job for this worker; on "ok" the record comes back from the same round trip."""
-        def build(p: Any) -> None:
-            self._eval(p, "claim", self.keys.job_keys(job_id), now_ms, lease_ms, worker, max_attempts,
-                       _TERMINAL_CSV, json.dumps(exhausted_error))
-            # Look again just after the lease would lapse: that is how a dead worker is noticed.
-            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1})
-            p.hgetall(self.keys.job(job_id))
+        """Take the job for this worker; on "ok" the record comes back in the same reply.
 
-        (outcome, _token), _, raw = self._run(build)
-        record = JobRecord.from_hash(job_id, raw) if outcome == "ok" and raw else None
-        return str(outcome), record
+        The job's sweep entry (made at submit) is left as it is: when it comes due the sweeper finds
+        the lease and looks again when it would lapse, which is how a dead worker is noticed."""
+        reply = self._job("claim", job_id, now_ms, lease_ms, worker, max_attempts, TERMINAL_CSV,
+                          json.dumps(exhausted_error))
+        outcome = str(reply[0])
+        if outcome != "ok":
+            return outcome, None
+        flat = reply[2]
+        return outcome, JobRecord.from_hash(job_id, dict(zip(flat[::2], flat[1::2], strict=True)))
 
     def renew_many(self, leases: Sequence[tuple[str, int]], *, now_ms: int, lease_ms: int) -> list[int]:
         """Renew several leases in one round trip: 1 cancel requested, 0 carry on, -1 lost."""
         def build(p: Any) -> None:
             for job_id, token in leases:
                 self._eval(p, "renew", self.keys.job_keys(job_id), now_ms, token, lease_ms)
-            p.zadd(self.keys.sweep(), {job_id: now_ms + lease_ms + 1 for job_id, _ in leases}, xx=True)
 
-        return [int(x) for x in self._run(build)[:-1]]
+        return [int(x) for x in self._run(build)]
 
     def progress(self, job_id: str, token: int, *, now_ms: int, message: str | None,
                  done: float | None, total: float | None) -> int:
@@ -271,7 +270,7 @@ class RedisStore:
 
     def request_cancel(self, job_id: str, owner: str, *, now_ms: int) -> str:
         def build(p: Any) -> None:
-            self._eval(p, "cancel", self.keys.job_keys(job_id), now_ms, owner, _TERMINAL_CSV)
+            self._eval(p, "cancel", self.keys.job_keys(job_id), now_ms, owner, TERMINAL_CSV)
 
         return str(self._run(build)[0])
 
