@@ -1,0 +1,76 @@
+"""`tasks-backend run` (what `make run` calls): the whole system from nothing, served end to end."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tasks_backend.embedded import free_port
+from tests.conftest import wait_until
+from tests.support.procs import ROOT
+
+
+def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
+    port, flower_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TASKS_BACKEND_", "FLOWER_", "REDIS_URL", "CELERY_BROKER_URL"))}
+    env.update({"PORT": str(port), "FLOWER_PORT": str(flower_port), "LOG_FORMAT": "text"})
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir",
+                                 str(tmp_path / "data")], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        token = wait_until(lambda: (m := re.search(r"export TOKEN=(\S+)", log.read_text())) and m.group(1), 30,
+                           message="the banner with a development token")
+        base = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(up, 60, interval=0.2, message="the web process")
+        headers = {"Authorization": f"Bearer {token}"}
+        job = httpx.post(f"{base}/v1/jobs", json={"operation": "demo.sleep", "params": {"seconds": 0.2}},
+                         headers=headers, timeout=10)
+        assert job.status_code == 202
+        location = base + job.headers["Location"]
+        wait_until(lambda: httpx.get(location, headers=headers, timeout=5).json()["status"] == "completed", 60,
+                   interval=0.2, message="the demo job to complete")
+        assert httpx.get(location + "/result", headers=headers, timeout=5).json() == {"slept": 0.2}
+        assert httpx.get(f"http://127.0.0.1:{flower_port}/api/tasks", timeout=5).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)  # as Ctrl-C would: the supervisor stops everything it started
+        try:
+            proc.wait(60)
+        finally:
+            leftovers = _group_alive(proc.pid)
+            if leftovers:
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert not leftovers, "processes outlived `tasks-backend run`"
+    assert (tmp_path / "data" / "redis").is_dir()
+
+
+def _group_alive(pgid: int) -> bool:
+    def gone() -> bool:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    try:
+        wait_until(gone, 30, interval=0.1, message="the process group to exit")
+    except AssertionError:
+        return True
+    return False
