@@ -41,13 +41,17 @@ def _retry_after(record: JobRecord) -> str:
     return str(max(1, math.ceil(record.poll_ms / 1000)))
 
 
+def handle_body(record: JobRecord, body: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, str]]]:
+    """A handle's JSON and its headers (`Retry-After` while the job is not finished).
+
+    Straight to json.dumps: this is the poll path, and Flask's jsonify costs several times more."""
+    payload = json.dumps(body if body is not None else detailed(record), separators=(",", ":")).encode()
+    return payload, ([] if record.terminal else [("Retry-After", _retry_after(record))])
+
+
 def _handle_response(record: JobRecord, status: int, body: dict[str, Any] | None = None) -> Response:
-    # Straight to json.dumps: this is the poll path, and Flask's jsonify costs several times more.
-    payload = json.dumps(body if body is not None else detailed(record), separators=(",", ":"))
-    response = Response(payload, status=status, mimetype="application/json")
-    if not record.terminal:
-        response.headers["Retry-After"] = _retry_after(record)
-    return response
+    payload, headers = handle_body(record, body)
+    return Response(payload, status=status, mimetype="application/json", headers=headers)
 
 
 @bp.post("/jobs")
