@@ -135,7 +135,7 @@ class JobContext:
         self._tolerance = executor.settings.lease_s * 10
         self.job_id = record.id
         self.operation = record.operation
-        self.attempt = record.attempts + 1
+        self.attempt = record.attempts  # the claim already counted this run
         self._last_progress = 0.0
         self._last_check = 0.0
 

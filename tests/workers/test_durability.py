@@ -93,7 +93,10 @@ def run_to_gate(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"
     record, _ = cluster.runtime.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 3,
                                                                       "gate": str(gate)})
-    wait_until(lambda: effects(ledger) == [0], 30, message="step 0 to run")
+    # Wait for step 0's record, not just its effect: a kill between the two would repeat the effect,
+    # which only a downstream that deduplicates on ctx.idempotency_key can prevent (see the README).
+    wait_until(lambda: effects(ledger) == [0] and cluster.runtime.store.recorded_step(record.id, "s0"), 30,
+               message="step 0 to run and be recorded")
     return record.id, ledger, gate
 
 
