@@ -22,7 +22,7 @@ import yaml
 from tasks_backend.client import Client
 from tasks_backend.embedded import free_port
 from tests.conftest import make_settings, wait_until
-from tests.support.procs import settings_env
+from tests.support.procs import settings_env, wait_for_http
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = {"web", "worker", "sweeper", "flower"}
@@ -62,15 +62,8 @@ def procfile_system(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -
                                 stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
-        assert proc.poll() is None, log_path.read_text()[-4000:]
-        try:
-            return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        wait_until(ready, 90, interval=0.3, message="the Procfile's web process")
+        wait_for_http(f"{url}/readyz", proc, log_path, 90, "the Procfile's web process")
         yield {"url": url, "token": token, "flower": f"http://127.0.0.1:{flower_port}",
                "flower_auth": ("ops", flower_password), "log": log_path}
     finally:

@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tasks_backend.config import Settings
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,3 +83,15 @@ def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", conc
 
 def sweeper_process(settings: Settings, log: Path) -> Proc:
     return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings), log)
+
+
+def wait_for_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str) -> None:
+    """Wait until `url` answers 200, failing at once (with the log's tail) if `proc` exits first."""
+    def up() -> bool:
+        assert proc.poll() is None, log.read_text(errors="replace")[-4000:]
+        try:
+            return httpx.get(url, timeout=3).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_until(up, timeout, interval=0.2, message=what)

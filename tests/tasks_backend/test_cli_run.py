@@ -13,7 +13,7 @@ import httpx
 
 from tasks_backend.embedded import free_port
 from tests.conftest import wait_until
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, wait_for_http
 
 
 def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
@@ -30,15 +30,7 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
         token = wait_until(lambda: (m := re.search(r"export TOKEN=(\S+)", log.read_text())) and m.group(1), 30,
                            message="the banner with a development token")
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until(up, 60, interval=0.2, message="the web process")
+        wait_for_http(f"{base}/readyz", proc, log, 60, "the web process")
         headers = {"Authorization": f"Bearer {token}"}
         job = httpx.post(f"{base}/v1/jobs", json={"operation": "demo.sleep", "params": {"seconds": 0.2}},
                          headers=headers, timeout=10)

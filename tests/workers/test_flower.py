@@ -20,7 +20,7 @@ from tasks_backend.embedded import free_port
 from tasks_backend.runtime import Runtime
 from tasks_backend.states import CELERY_STATES
 from tests.conftest import wait_until
-from tests.support.procs import settings_env
+from tests.support.procs import settings_env, wait_for_http
 from workers.flower import celery_outcome
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,15 +37,8 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            return httpx.get(f"{url}/healthcheck", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        wait_until(healthy, 60, interval=0.2, message="Flower to start")
+        wait_for_http(f"{url}/healthcheck", proc, log_path, 60, "Flower to start")
         yield {"url": url, "auth": ("ops", password), "log": log_path, "password": password}
     finally:
         proc.terminate()
