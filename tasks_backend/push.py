@@ -231,11 +231,7 @@ class PushStore:
                 self.redis.hset(key, config_id, cursor.to_json())
 
     def reschedule(self, job_id: str, at_ms: int | None) -> None:
-        with redis_errors():
-            if at_ms is None:
-                self.redis.zrem(self.keys.push_due(), job_id)
-            else:
-                self.redis.zadd(self.keys.push_due(), {job_id: at_ms})
+        self.store.schedule(self.keys.push_due(), job_id, at_ms)
 
     def try_claim(self, job_id: str, ttl_ms: int) -> str | None:
         """A short exclusive claim on delivering one job's events, so two workers never both post."""

@@ -291,11 +291,15 @@ class RedisStore:
         return str(action), int(float(when)), str(operation)
 
     def reschedule_sweep(self, job_id: str, at_ms: int | None) -> None:
+        self.schedule(self.keys.sweep(), job_id, at_ms)
+
+    def schedule(self, key: str, job_id: str, at_ms: int | None) -> None:
+        """Set when `job_id` is next due in the schedule `key` (None: take it off the schedule)."""
         with redis_errors():
             if at_ms is None:
-                self.redis.zrem(self.keys.sweep(), job_id)
+                self.redis.zrem(key, job_id)
             else:
-                self.redis.zadd(self.keys.sweep(), {job_id: at_ms})
+                self.redis.zadd(key, {job_id: at_ms})
 
     def try_lock(self, name: str, ttl_ms: int) -> bool:
         with redis_errors():
