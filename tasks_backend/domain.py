@@ -6,10 +6,10 @@ Everything else (Lua scripts, protocol tables, adapters) derives from the defini
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 
@@ -45,6 +45,7 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+@functools.cache
 def sources_of(target: JobState) -> tuple[JobState, ...]:
     """The states from which `target` may be entered, in declaration order."""
     return tuple(s for s in JobState if target in ALLOWED_TRANSITIONS[s])
@@ -58,7 +59,7 @@ class SubmitOutcome(enum.Enum):
 
 
 def now_ms() -> int:
-    return int(datetime.now(UTC).timestamp() * 1000)
+    return time.time_ns() // 1_000_000
 
 
 def rfc3339(ms: int) -> str:

@@ -2,9 +2,11 @@
 
 Each script touches one job's keys only (KEYS = job, events, steps, answers; one hash tag) or one
 owner's keys only, so every script runs in a single Redis Cluster slot. A script that changes a job
-re-applies the job's absolute expiry (`exp`) to every key it writes, appends one entry to the event
-feed, and checks the fencing token where the caller is a worker. Which states may follow which is not
-decided here: the caller passes the allowed source states, derived from `domain.ALLOWED_TRANSITIONS`.
+gives every key it may have created the job's absolute expiry, appends one entry to the event feed,
+and checks the fencing token where the caller is a worker. The hot scripts (claim, transition) read
+the job once and write it once: each `redis.call` costs more than the Lua around it. Which states may
+follow which is not decided here: the caller passes the allowed source states, derived from
+`domain.ALLOWED_TRANSITIONS`.
 """
 
 from __future__ import annotations
@@ -15,41 +17,51 @@ local function in_csv(value, csv)
   return string.find(',' .. csv .. ',', ',' .. value .. ',', 1, true) ~= nil
 end
 
--- Append the job's current public state to its feed and keep every key on the job's expiry.
--- A job's keys all expire at createdAt + ttlMs.
+-- A job's keys all expire at createdAt + ttlMs. The job hash gets that expiry when it is created and
+-- no script ever recreates it, so only the keys that can be created later are given it again.
 local function expiry()
   local h = redis.call('HMGET', KEYS[1], 'created', 'ttl')
   return tonumber(h[1]) + tonumber(h[2])
 end
 
-local function emit(now, terminal)
-  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total', 'created', 'ttl')
-  local entry = {'s', h[1], 'u', now}
-  if h[2] then table.insert(entry, 'm'); table.insert(entry, h[2]) end
-  if h[3] then table.insert(entry, 'd'); table.insert(entry, h[3]) end
-  if h[4] then table.insert(entry, 't'); table.insert(entry, h[4]) end
+-- Append one entry (the job's public state after a change) to its feed. `ckpt` says whether the job
+-- ever recorded a step or an answer (most jobs never do, and then have nothing to delete).
+local function feed(now, state, msg, done, total, exp, terminal, ckpt)
+  local entry = {'s', state, 'u', now}
+  if msg then table.insert(entry, 'm'); table.insert(entry, msg) end
+  if done then table.insert(entry, 'd'); table.insert(entry, done) end
+  if total then table.insert(entry, 't'); table.insert(entry, total) end
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
-  local exp = tonumber(h[5]) + tonumber(h[6])
-  redis.call('PEXPIREAT', KEYS[1], exp)
   if terminal then
     -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
     -- for live subscribers and push deliveries (which retry for up to a minute) to read the final entry.
-    redis.call('DEL', KEYS[3], KEYS[4])
+    if ckpt then redis.call('DEL', KEYS[3], KEYS[4]) end
     redis.call('PEXPIREAT', KEYS[2], math.min(exp, tonumber(now) + 60000))
   else
     redis.call('PEXPIREAT', KEYS[2], exp)
   end
 end
 
--- HSET the name/value pairs in ARGV from index `from`; an empty value deletes the field.
-local function apply_fields(from)
+-- The same, reading the job's state back from its hash.
+local function emit(now, terminal)
+  local h = redis.call('HMGET', KEYS[1], 'state', 'msg', 'done', 'total', 'created', 'ttl', 'ckpt')
+  feed(now, h[1], h[2], h[3], h[4], tonumber(h[5]) + tonumber(h[6]), terminal, h[7])
+end
+
+-- Write the name/value pairs in ARGV from index `from` after the pairs in `sets`, in one HSET; an
+-- empty value deletes the field. Returns each named field's new value (false: deleted).
+local function apply_fields(from, sets)
+  local dels, changed = {}, {}
   for i = from, #ARGV, 2 do
     if ARGV[i + 1] == '' then
-      redis.call('HDEL', KEYS[1], ARGV[i])
+      table.insert(dels, ARGV[i]); changed[ARGV[i]] = false
     else
-      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+      table.insert(sets, ARGV[i]); table.insert(sets, ARGV[i + 1]); changed[ARGV[i]] = ARGV[i + 1]
     end
   end
+  redis.call('HSET', KEYS[1], unpack(sets))
+  if #dels > 0 then redis.call('HDEL', KEYS[1], unpack(dels)) end
+  return changed
 end
 """
 
@@ -82,14 +94,19 @@ return false
 #       owner ('' = any), then name/value pairs.
 # Returns {outcome, state before}: ok | missing | fenced | illegal.
 TRANSITION = r"""
-local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner')
+local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner', 'msg', 'done', 'total', 'created', 'ttl',
+                       'ckpt')
 if not cur[1] then return {'missing', ''} end
 if ARGV[6] ~= '' and cur[3] ~= ARGV[6] then return {'missing', ''} end
 if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return {'fenced', cur[1]} end
 if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1]} end
-redis.call('HSET', KEYS[1], 'state', ARGV[3], 'updated', ARGV[1])
-apply_fields(7)
-emit(ARGV[1], in_csv(ARGV[3], ARGV[5]))
+local changed = apply_fields(7, {'state', ARGV[3], 'updated', ARGV[1]})
+local function after(name, before)
+  if changed[name] == nil then return before end
+  return changed[name]
+end
+feed(ARGV[1], ARGV[3], after('msg', cur[4]), after('done', cur[5]), after('total', cur[6]),
+     tonumber(cur[7]) + tonumber(cur[8]), in_csv(ARGV[3], ARGV[5]), cur[9])
 return {'ok', cur[1]}
 """
 
@@ -97,33 +114,43 @@ return {'ok', cur[1]}
 # Returns {outcome, token[, the claimed record as HGETALL]}: ok | missing | terminal | parked | busy |
 # cancelled | exhausted.
 CLAIM = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'lease', 'attempts', 'cancel')
-local state = h[1]
-if not state then return {'missing', 0} end
+local flat = redis.call('HGETALL', KEYS[1])
+if #flat == 0 then return {'missing', 0} end
+local h = {}
+for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local state = h.state
 if in_csv(state, ARGV[5]) then return {'terminal', 0} end
 if state == 'input_required' then return {'parked', 0} end
 local now = tonumber(ARGV[1])
-if state == 'running' and tonumber(h[3] or 0) > now then return {'busy', 0} end
-if h[5] == '1' then
+if state == 'running' and tonumber(h.lease or 0) > now then return {'busy', 0} end
+if h.cancel == '1' then
   redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1])
   redis.call('HDEL', KEYS[1], 'lease', 'worker')
   emit(ARGV[1], true)
   return {'cancelled', 0}
 end
-local attempts = tonumber(h[4] or 0) + 1
+local attempts = tonumber(h.attempts or 0) + 1
 if attempts > tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[1], 'state', 'failed', 'updated', ARGV[1], 'error', ARGV[6])
   redis.call('HDEL', KEYS[1], 'lease', 'worker')
   emit(ARGV[1], true)
   return {'exhausted', 0}
 end
-local token = tonumber(h[2] or 0) + 1
+local token = tostring(tonumber(h.token or 0) + 1)
+local claimed = {state = 'running', updated = ARGV[1], token = token,
+                 lease = string.format('%d', now + tonumber(ARGV[2])), attempts = tostring(attempts),
+                 worker = ARGV[3]}
+local sets = {}
+for name, value in pairs(claimed) do
+  h[name] = value; table.insert(sets, name); table.insert(sets, value)
+end
+redis.call('HSET', KEYS[1], unpack(sets))
 -- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply.
-redis.call('HDEL', KEYS[1], 'msg')
-redis.call('HSET', KEYS[1], 'state', 'running', 'updated', ARGV[1], 'token', token,
-           'lease', now + tonumber(ARGV[2]), 'attempts', attempts, 'worker', ARGV[3])
-emit(ARGV[1], false)
-return {'ok', token, redis.call('HGETALL', KEYS[1])}
+if h.msg then redis.call('HDEL', KEYS[1], 'msg'); h.msg = nil end
+feed(ARGV[1], 'running', nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
+local record = {}
+for name, value in pairs(h) do table.insert(record, name); table.insert(record, value) end
+return {'ok', token, record}
 """
 
 # ARGV: now, token, lease ms. Returns 1 if cancellation was requested, 0 if not, -1 if fenced or gone.
@@ -156,6 +183,7 @@ if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'fenced', ''} end
 if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 0 then
   return {'exists', redis.call('HGET', KEYS[3], ARGV[3])}
 end
+redis.call('HSET', KEYS[1], 'ckpt', '1')
 redis.call('PEXPIREAT', KEYS[3], expiry())
 return {'ok', ARGV[4]}
 """
@@ -189,6 +217,7 @@ for i = 3, #ARGV, 2 do
     changed = true
   end
 end
+if changed then redis.call('HSET', KEYS[1], 'ckpt', '1') end
 redis.call('PEXPIREAT', KEYS[4], expiry())
 local open, still = 0, {}
 for key, request in pairs(requests) do

@@ -53,17 +53,17 @@ def _valid_id(job_id: Any) -> bool:
         return False
 
 
-def encode_cursor(created_ms: int, job_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{created_ms}:{job_id}".encode()).decode().rstrip("=")
+def encode_cursor(order: float, job_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{order!r}:{job_id}".encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, str]:
+def decode_cursor(cursor: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, _, job_id = raw.partition(":")
         if not _valid_id(job_id):
             raise ValueError(job_id)
-        return int(created), job_id
+        return float(created), job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not valid.") from exc
 
@@ -113,13 +113,11 @@ def as_principal(who: Principal | str) -> Principal:
 
 
 class JobService:
-    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
-                 clock: Callable[[], int] = now_ms) -> None:
+    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings) -> None:
         self.store = store
         self.registry = registry
         self.dispatcher = dispatcher
         self.settings = settings
-        self.clock = clock
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
@@ -135,7 +133,10 @@ class JobService:
 
         for _ in range(3):
             job_id = str(uuid.uuid4())
-            created = self.clock()
+            # One reading of the clock: the owner index orders by microsecond, so one client's quick
+            # submissions list in the order they were made.
+            now_us = time.time_ns() // 1000
+            created, order = now_us // 1000, now_us / 1000
             fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "created": str(created),
                       "updated": str(created), "ttl": str(ttl_ms), "poll": str(poll_ms),
                       "params": canonical_json(stored_params)}
@@ -147,7 +148,7 @@ class JobService:
             existing = self.store.create(fields, job_id, owner, created_ms=created, idem_key=idempotency_key,
                                          idem_value=f"{job_id} {request_hash}", ttl_ms=ttl_ms,
                                          sweep_at_ms=created + int(1000 * self.settings.queued_grace_s),
-                                         also=enqueue)
+                                         order=order, also=enqueue)
             if existing is None:
                 record = JobRecord.from_hash(job_id, fields)
                 if enqueue is None:
@@ -183,7 +184,7 @@ class JobService:
             self.dispatcher.publish(record.id, record.operation, countdown_s)
         except DispatchUnavailable:
             try:
-                self.store.reschedule_sweep(record.id, self.clock())
+                self.store.reschedule_sweep(record.id, now_ms())
             except Exception:
                 log.warning("job %s left for the sweeper's regular pass", record.id)
 
@@ -229,7 +230,7 @@ class JobService:
         principal = as_principal(who)
         if not _valid_id(job_id):
             raise JobNotFound()
-        outcome = self.store.request_cancel(job_id, principal.name, now_ms=self.clock())
+        outcome = self.store.request_cancel(job_id, principal.name, now_ms=now_ms())
         if outcome == "missing":
             raise JobNotFound()
         if outcome == "terminal":
@@ -261,7 +262,7 @@ class JobService:
         if problems:
             raise InvalidParams("Some answers do not match the requested schema.", extra={"errors": problems})
         if answers:
-            outcome, _ = self.store.provide_input(job_id, record.owner, answers, now_ms=self.clock())
+            outcome, _ = self.store.provide_input(job_id, record.owner, answers, now_ms=now_ms())
             if outcome == "missing":
                 raise JobNotFound()
             if outcome == "conflict":
@@ -269,7 +270,7 @@ class JobService:
             if outcome == "queued":
                 resumed = self.store.get(job_id)
                 if resumed is not None:
-                    self.store.reschedule_sweep(job_id, self.clock() + int(1000 * self.settings.queued_grace_s))
+                    self.store.reschedule_sweep(job_id, now_ms() + int(1000 * self.settings.queued_grace_s))
                     self._publish(resumed)
                     return resumed
         return self.get(principal, job_id)

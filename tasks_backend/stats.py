@@ -1,10 +1,13 @@
 """Job metrics kept in Redis, so that any web process can report what every worker and sweeper did.
 
 Workers record each outcome (with the job's duration from submit) and each job they park on input;
-sweepers record their actions. The figures are counters in a few Redis hashes, plus one sorted set of
+sweepers record their actions. The figures are counters in two Redis hashes, plus one sorted set of
 parked jobs that is pruned when read, so the "parked now" gauge heals itself whether a job resumed,
-was cancelled or expired. Every key has a TTL that each write renews. Metrics never fail a job:
-a write that cannot reach Redis is dropped.
+was cancelled or expired. Every key has a TTL, renewed by the writers (at most once a minute per
+process). Metrics never fail a job: a write that cannot reach Redis is dropped.
+
+A finished job costs two counter writes: its duration bucket and the duration sum, both per operation
+and outcome. Outcome counts and the per-operation histogram are sums of those, taken at read time.
 """
 
 from __future__ import annotations
@@ -55,13 +58,14 @@ def _bucket(seconds: float) -> str:
 
 
 class JobStats:
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self.redis = client
-        self.keys = keys
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.redis: Any = store.redis
+        self.keys: Keys = store.keys
 
     @classmethod
     def of(cls, store: RedisStore) -> JobStats:
-        return cls(store.redis, store.keys)
+        return cls(store)
 
     # -- writers (workers and sweepers) ----------------------------------------------
     def add_outcome(self, pipe: Any, record: JobRecord, target: JobState, at_ms: int) -> None:
@@ -74,16 +78,14 @@ class JobStats:
         operation = record.operation
         if target is JobState.INPUT_REQUIRED:
             pipe.zadd(self.keys.stats("parked"), {record.id: record.expires_ms})
-            pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)
+            self.store.keep_ttl(pipe, self.keys.stats("parked"), STATS_TTL_MS)
             return
-        pipe.hincrby(self.keys.stats("outcomes"), f"{operation}{_SEP}{target.value}", 1)
         seconds = max(0.0, (at_ms - record.created_ms) / 1000)
-        durations = self.keys.stats("durations")
-        pipe.hincrbyfloat(durations, f"{operation}{_SEP}sum", seconds)
-        pipe.hincrby(durations, f"{operation}{_SEP}count", 1)
-        pipe.hincrby(durations, f"{operation}{_SEP}le{_bucket(seconds)}", 1)
-        for name in ("outcomes", "durations"):
-            pipe.pexpire(self.keys.stats(name), STATS_TTL_MS)
+        jobs = self.keys.stats("jobs")
+        prefix = f"{operation}{_SEP}{target.value}{_SEP}"
+        pipe.hincrby(jobs, f"{prefix}le{_bucket(seconds)}", 1)
+        pipe.hincrbyfloat(jobs, f"{prefix}sum", seconds)
+        self.store.keep_ttl(pipe, jobs, STATS_TTL_MS)
 
     def sweeper_actions(self, counts: Mapping[str, int]) -> None:
         """Called by the sweeper with how many jobs it handled per action in one pass."""
@@ -93,7 +95,7 @@ class JobStats:
             pipe = self.redis.pipeline(transaction=False)
             for action, count in counts.items():
                 pipe.hincrby(self.keys.stats("sweeps"), action, count)
-            pipe.pexpire(self.keys.stats("sweeps"), STATS_TTL_MS)
+            self.store.keep_ttl(pipe, self.keys.stats("sweeps"), STATS_TTL_MS)
             pipe.execute()
         except redis.RedisError as exc:
             log.debug("sweeper stats not recorded: %s", type(exc).__name__)
@@ -117,28 +119,32 @@ class JobStats:
 
     def snapshot(self) -> Snapshot:
         pipe = self.redis.pipeline(transaction=False)
-        for name in ("outcomes", "durations", "sweeps"):
+        for name in ("jobs", "sweeps"):
             pipe.hgetall(self.keys.stats(name))
-        outcomes_raw, durations_raw, sweeps_raw = pipe.execute()
+        jobs_raw, sweeps_raw = pipe.execute()
         outcomes: dict[tuple[str, str], float] = {}
-        for field, value in outcomes_raw.items():
-            operation, _, outcome = str(field).rpartition(_SEP)
-            outcomes[(operation, outcome)] = float(value)
-        return Snapshot(outcomes, _histograms(durations_raw),
+        per_op: dict[str, dict[str, float]] = {}
+        for field, value in jobs_raw.items():
+            operation, outcome, name = _split(str(field))
+            figures = per_op.setdefault(operation, {})
+            figures[name] = figures.get(name, 0.0) + float(value)
+            if name != "sum":
+                outcomes[(operation, outcome)] = outcomes.get((operation, outcome), 0.0) + float(value)
+        return Snapshot(outcomes, {op: _histogram(v) for op, v in per_op.items()},
                         {str(k): float(v) for k, v in sweeps_raw.items()}, self.parked_now())
 
 
-def _histograms(raw: Mapping[Any, Any]) -> dict[str, Histogram]:
-    per_op: dict[str, dict[str, float]] = {}
-    for field, value in raw.items():
-        operation, _, name = str(field).rpartition(_SEP)
-        per_op.setdefault(operation, {})[name] = float(value)
-    out: dict[str, Histogram] = {}
-    for operation, values in per_op.items():
-        running = 0.0
-        buckets: list[tuple[str, float]] = []
-        for bound in [f"{b:g}" for b in DURATION_BUCKETS] + ["+Inf"]:
-            running += values.get(f"le{bound}", 0.0)
-            buckets.append((bound, running))
-        out[operation] = Histogram(buckets, values.get("sum", 0.0))
-    return out
+def _split(field: str) -> tuple[str, str, str]:
+    """`<operation>|<outcome>|<le bucket or sum>`; the operation may itself hold the separator."""
+    rest, _, name = field.rpartition(_SEP)
+    operation, _, outcome = rest.rpartition(_SEP)
+    return operation, outcome, name
+
+
+def _histogram(values: Mapping[str, float]) -> Histogram:
+    running = 0.0
+    buckets: list[tuple[str, float]] = []
+    for bound in [f"{b:g}" for b in DURATION_BUCKETS] + ["+Inf"]:
+        running += values.get(f"le{bound}", 0.0)
+        buckets.append((bound, running))
+    return Histogram(buckets, values.get("sum", 0.0))

@@ -8,6 +8,7 @@ add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis res
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ class RedisStore:
         self.keys = keys
         self.max_ttl_ms = max_ttl_ms
         self._sha: dict[str, str] = {}
+        self._ttl_kept: dict[str, float] = {}
 
     # -- script plumbing -------------------------------------------------------
     def _load_scripts(self) -> None:
@@ -94,17 +96,40 @@ class RedisStore:
         pipe.evalsha(self._sha[name], len(keys), *keys, *args)
 
     def _job(self, name: str, job_id: str, *args: Any) -> Any:
-        return self._run(lambda p: self._eval(p, name, self.keys.job_keys(job_id), *args))[0]
+        """One script on one job's keys: a plain command, which costs less than a pipeline of one."""
+        keys = self.keys.job_keys(job_id)
+        with redis_errors():
+            for attempt in (1, 2):
+                if not self._sha:
+                    self._load_scripts()
+                try:
+                    return self.redis.evalsha(self._sha[name], len(keys), *keys, *args)
+                except redis.exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+                    self._sha = {}
+        raise AssertionError("unreachable")
+
+    def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
+        """Renew the TTL of a long-lived shared key (an index, a schedule, a counter) in `pipe`.
+
+        Such keys are written on every submit or finish; renewing a TTL of days on each write would
+        only add a command, so each process renews a key at most once a minute."""
+        now = time.monotonic()
+        if now - self._ttl_kept.get(key, -120.0) >= 60.0:
+            self._ttl_kept[key] = now
+            pipe.pexpire(key, ttl_ms)
 
     # -- create and read -------------------------------------------------------
     def create(self, fields: dict[str, str], job_id: str, owner: str, *, created_ms: int,
-               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int,
+               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int, order: float | None = None,
                also: Callable[[Any], None] | None = None) -> str | None:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
 
         Returns None when created, or the value already stored under the idempotency key (the job
-        written here is then an unindexed orphan, which the caller must `discard`). `also` adds
-        commands (the enqueue) to the same round trip.
+        written here is then an unindexed orphan, which the caller must `discard`). `order` is the job's
+        score in the owner index (default `created_ms`; finer than a millisecond keeps quick
+        submissions in order). `also` adds commands (the enqueue) to the same round trip.
         """
         owner_keys = [self.keys.owner_index(owner)]
         if idem_key is not None:
@@ -114,10 +139,11 @@ class RedisStore:
 
         def build(p: Any) -> None:
             self._eval(p, "create", self.keys.job_keys(job_id), created_ms, created_ms + ttl_ms, *pairs)
-            self._eval(p, "owner_index", owner_keys, job_id, created_ms, self.max_ttl_ms, idem_value, ttl_ms,
+            self._eval(p, "owner_index", owner_keys, job_id, created_ms if order is None else order,
+                       self.max_ttl_ms, idem_value, ttl_ms,
                        created_ms - self.max_ttl_ms)
             p.zadd(self.keys.sweep(), {job_id: sweep_at_ms})
-            p.pexpire(self.keys.sweep(), self.max_ttl_ms)
+            self.keep_ttl(p, self.keys.sweep(), self.max_ttl_ms)
             if also is not None:
                 also(p)
 
@@ -165,15 +191,15 @@ class RedisStore:
             except redis.WatchError:
                 pass
 
-    def owner_page(self, owner: str, before: tuple[int, str] | None, count: int) -> list[tuple[str, int]]:
-        """Up to `count` (id, created ms) of an owner's jobs, newest first, strictly after the cursor."""
+    def owner_page(self, owner: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
+        """Up to `count` (id, index score) of an owner's jobs, newest first, strictly after the cursor."""
         key = self.keys.owner_index(owner)
-        top: str | int = "+inf" if before is None else before[0]
+        top: str | float = "+inf" if before is None else repr(before[0])
         with redis_errors():
             rows = self.redis.zrevrangebyscore(key, top, "-inf", start=0, num=count + 64, withscores=True)
-        out: list[tuple[str, int]] = []
+        out: list[tuple[str, float]] = []
         for member, score in rows:
-            entry = (str(member), int(score))
+            entry = (str(member), float(score))
             if before is not None and (entry[1], entry[0]) >= (before[0], before[1]):
                 continue
             out.append(entry)

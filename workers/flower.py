@@ -17,9 +17,12 @@ class JobFailedOutcome(Exception):
     """The job this run executed ended `failed` (its error is in the job record, not here)."""
 
 
+_STATE_VALUES = frozenset(s.value for s in JobState)
+
+
 def celery_outcome(outcome: str) -> str:
     """Return the runner's outcome, or raise when our state maps to Celery's FAILURE."""
-    state = JobState(outcome) if outcome in {s.value for s in JobState} else None
+    state = JobState(outcome) if outcome in _STATE_VALUES else None
     if state is not None and "FAILURE" in CELERY_STATES[state]:
         raise JobFailedOutcome(f"job {state.value}; see its record for the error")
     return outcome

@@ -61,7 +61,7 @@ def test_sweeper_actions_are_counted(runtime: Runtime, client: Any) -> None:
     stats.sweeper_actions({"requeue": 2})
     after = _metric(client.get("/metrics", headers=ALICE).text, requeued)
     assert after == before + 2
-    for name in ("sweeps", "outcomes", "durations"):
+    for name in ("sweeps", "jobs"):
         ttl = runtime.store.redis.pttl(runtime.store.keys.stats(name))
         assert ttl > 0 or ttl == -2, name  # every stats key expires
 

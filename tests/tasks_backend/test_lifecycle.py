@@ -123,3 +123,17 @@ def test_every_key_the_product_writes_has_a_ttl(runtime: Runtime, client: Any, t
     assert len(keys) > 10
     no_ttl = [k for k in keys if runtime.store.redis.pttl(k) < 0 and runtime.store.redis.exists(k)]
     assert no_ttl == []
+
+
+def test_quick_submissions_list_newest_first_across_pages(runtime: Runtime) -> None:
+    """Many submissions within one millisecond still list in the order they were made."""
+    owner = Principal(f"burst-{secrets.token_hex(3)}")
+    ids = [runtime.service.submit(owner, "test.noop", {})[0].id for _ in range(40)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page, cursor = runtime.service.list(owner, limit=7, cursor=cursor)
+        seen += [r.id for r in page]
+        if cursor is None:
+            break
+    assert seen == list(reversed(ids))
