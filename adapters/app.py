@@ -9,7 +9,7 @@ from tasks_backend.errors import PayloadTooLarge
 from tasks_backend.runtime import Runtime, build_runtime
 
 from . import a2a, http_jobs, mcp, observability, openapi, problems
-from .fast_poll import FastPoll
+from .fast_path import FastPath
 
 #: Paths anyone may read: probes and the API description.
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
@@ -35,5 +35,5 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     observability.install(app, runtime)
     for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp):
         app.register_blueprint(blueprint)
-    app.wsgi_app = FastPoll(app.wsgi_app, runtime.service, authenticator)  # type: ignore[method-assign]
+    app.wsgi_app = FastPath(app.wsgi_app, runtime, authenticator)  # type: ignore[method-assign]
     return app

@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
 
+from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import BadRequest
 from tasks_backend.runtime import Runtime
@@ -25,7 +26,10 @@ def _service() -> JobService:
 
 def json_body() -> dict[str, Any]:
     """The request body as a JSON object, or a 400 that says what is wrong with it."""
-    raw = request.get_data(cache=True)
+    return json_object(request.get_data(cache=True))
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
     if not raw:
         raise BadRequest("A JSON object body is required.")
     try:
@@ -56,20 +60,27 @@ def _handle_response(record: JobRecord, status: int, body: dict[str, Any] | None
 
 @bp.post("/jobs")
 def submit() -> Response:
-    body = json_body()
+    payload, headers = submit_body(_service(), g.principal, request.get_data(cache=True),
+                                   request.headers.get("Idempotency-Key"))
+    return Response(payload, status=202, mimetype="application/json", headers=headers)
+
+
+def submit_body(service: JobService, principal: Principal, raw: bytes,
+                idempotency_key: str | None) -> tuple[bytes, list[tuple[str, str]]]:
+    """Submit from a request body; the 202 answer's JSON and headers (the WSGI fast path calls this too)."""
+    body = json_object(raw)
     operation = body.get("operation")
     if not isinstance(operation, str) or not operation:
         raise BadRequest("`operation` must name a registered operation.")
     unknown = set(body) - {"operation", "params"}
     if unknown:
         raise BadRequest(f"Unknown fields: {sorted(unknown)}.")
-    key = request.headers.get("Idempotency-Key")
-    record, outcome = _service().submit(g.principal, operation, body.get("params"), idempotency_key=key)
-    response = _handle_response(record, 202, handle(record))
-    response.headers["Location"] = f"/v1/jobs/{record.id}"
+    record, outcome = service.submit(principal, operation, body.get("params"), idempotency_key=idempotency_key)
+    payload, headers = handle_body(record, handle(record))
+    headers.append(("Location", f"/v1/jobs/{record.id}"))
     if outcome is SubmitOutcome.EXISTING:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
+        headers.append(("Idempotent-Replayed", "true"))
+    return payload, headers
 
 
 @bp.get("/jobs")

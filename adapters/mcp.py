@@ -13,10 +13,12 @@ errors travel with 200. Errors in the envelope itself (not JSON, not JSON-RPC) a
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from flask import Blueprint, Response, current_app, g, request
 
+from tasks_backend.auth import Principal
 from tasks_backend.errors import (
     ServiceUnavailable,
     TasksBackendError,
@@ -52,33 +54,66 @@ def _runtime() -> Runtime:
     return runtime
 
 
+class HeaderLookup(Protocol):
+    """Request headers, looked up without regard to case (Flask's, or werkzeug's over a WSGI environ)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def __contains__(self, key: str, /) -> bool: ...
+
+
+@dataclass
+class Answer:
+    """One HTTP answer to a POST: a JSON body (or none) with its status and extra headers."""
+
+    status: int
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def payload(self) -> bytes:
+        return b"" if self.body is None else json.dumps(self.body, separators=(",", ":")).encode()
+
+
 @bp.post("/mcp")
 def post() -> Response:
-    raw = request.get_data(cache=False)
+    answer = handle_post(request.get_data(cache=False), request.headers, g.principal, _runtime())
+    assert answer is not None
+    if isinstance(answer, Stream):
+        return sse_response(answer)
+    return Response(answer.payload() if answer.body is not None else None, status=answer.status,
+                    mimetype="application/json" if answer.body is not None else None, headers=answer.headers)
+
+
+def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime: Runtime,
+                only: frozenset[str] | None = None) -> Answer | Stream | None:
+    """Answer one POSTed JSON-RPC message; Flask-free, so the WSGI fast path serves the hot methods with it.
+
+    With `only`, a message whose method is not in it is left alone (None): nothing has been done yet."""
     message = _peek(raw)
     if message is not None and "method" not in message and ("result" in message or "error" in message):
-        return _client_response(message)
+        return None if only is not None else _client_response(message, principal, runtime)
+    if only is not None and (message is None or message.get("method") not in only):
+        return None
     request_id: jsonrpc.Id = None
     revision: str | None = None
     try:
         rpc = jsonrpc.parse(raw)
         request_id = rpc.id
         if rpc.is_notification:
-            return Response(status=202)  # notifications/initialized, notifications/cancelled: nothing to do
-        revision = _revision(rpc)
-        _check_headers(rpc)
-        call = Call(rpc, g.principal, _runtime())
-        reply = _dispatch(call, revision)
+            return Answer(202)  # notifications/initialized, notifications/cancelled: nothing to do
+        revision = _revision(rpc, headers)
+        _check_headers(rpc, headers)
+        reply = _dispatch(Call(rpc, principal, runtime), revision)
     except Exception as exc:
         return _error(request_id, exc, revision)
     if isinstance(reply, Stream):
-        return sse_response(reply)
+        return reply
     if revision == MODERN:
         reply.setdefault("_meta", {})[SERVER_INFO_META] = SERVER_INFO
-    response = _json(jsonrpc.success(request_id, reply), 200)
+    answer = Answer(200, jsonrpc.success(request_id, reply))
     if revision == LEGACY and rpc.method == "initialize":
-        response.headers["Mcp-Session-Id"] = mcp_2025.new_session_id()
-    return response
+        answer.headers["Mcp-Session-Id"] = mcp_2025.new_session_id()
+    return answer
 
 
 @bp.get("/mcp")
@@ -105,9 +140,9 @@ def _dispatch(call: Call, revision: str) -> Reply:
     return handler(call)
 
 
-def _revision(rpc: jsonrpc.Request) -> str:
+def _revision(rpc: jsonrpc.Request, headers: HeaderLookup) -> str:
     """Which revision a request speaks, or the error that says why it speaks none we serve."""
-    header = request.headers.get("MCP-Protocol-Version")
+    header = headers.get("MCP-Protocol-Version")
     meta = rpc.params.get("_meta")
     if meta is not None and not isinstance(meta, dict):
         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "`_meta` must be an object.", http_status=400)
@@ -128,13 +163,13 @@ def _revision(rpc: jsonrpc.Request) -> str:
         if isinstance(requested, str) and requested < "2026":
             return LEGACY
         raise _unsupported(requested)
-    if header == MODERN_VERSION or (header is None and "Mcp-Session-Id" not in request.headers):
+    if header == MODERN_VERSION or (header is None and "Mcp-Session-Id" not in headers):
         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS,
                                f"`_meta[{PROTOCOL_VERSION_META!r}]` is required (or `initialize` first).",
                                http_status=400)
     if header is not None and header >= "2026":
         raise _unsupported(header)
-    session = request.headers.get("Mcp-Session-Id", "")
+    session = headers.get("Mcp-Session-Id") or ""
     if not session or len(session) > 128 or not all("\x21" <= ch <= "\x7e" for ch in session):
         raise jsonrpc.RpcError(jsonrpc.INVALID_REQUEST,
                                "A valid Mcp-Session-Id is required: call initialize.", http_status=400)
@@ -146,32 +181,32 @@ def _unsupported(requested: Any) -> jsonrpc.RpcError:
                             {"supported": SUPPORTED_VERSIONS, "requested": requested}, http_status=400)
 
 
-def _check_headers(rpc: jsonrpc.Request) -> None:
+def _check_headers(rpc: jsonrpc.Request, headers: HeaderLookup) -> None:
     """`Mcp-Method` and `Mcp-Name` are optional, but when sent they must agree with the body."""
-    method = request.headers.get("Mcp-Method")
+    method = headers.get("Mcp-Method")
     if method is not None and method != rpc.method:
         raise jsonrpc.RpcError(HEADER_MISMATCH, "Mcp-Method does not match the method.", http_status=400)
-    name = request.headers.get("Mcp-Name")
+    name = headers.get("Mcp-Name")
     param = NAME_PARAMS.get(rpc.method)
     if name is not None and param is not None and name != rpc.params.get(param):
         raise jsonrpc.RpcError(HEADER_MISMATCH, f"Mcp-Name does not match `{param}`.", http_status=400)
 
 
-def _client_response(message: dict[str, Any]) -> Response:
+def _client_response(message: dict[str, Any], principal: Principal, runtime: Runtime) -> Answer:
     """A JSON-RPC response from the client: the answer to an `elicitation/create` we sent."""
     try:
-        mcp_2025.accept_answer(_runtime().service, g.principal, message)
+        mcp_2025.accept_answer(runtime.service, principal, message)
     except TasksBackendError as exc:
-        return _json(jsonrpc.error_for(None, exc, "mcp"), 400)
-    return Response(status=202)
+        return Answer(400, jsonrpc.error_for(None, exc, "mcp"))
+    return Answer(202)
 
 
-def _error(request_id: jsonrpc.Id, exc: Exception, revision: str | None) -> Response:
+def _error(request_id: jsonrpc.Id, exc: Exception, revision: str | None) -> Answer:
     body = jsonrpc.error_for(request_id, exc, "mcp")
-    response = _json(body, _error_status(body["error"]["code"], exc, revision))
+    answer = Answer(_error_status(body["error"]["code"], exc, revision), body)
     if isinstance(exc, ServiceUnavailable):
-        response.headers["Retry-After"] = str(exc.retry_after_s)
-    return response
+        answer.headers["Retry-After"] = str(exc.retry_after_s)
+    return answer
 
 
 def _error_status(code: int, exc: BaseException, revision: str | None) -> int:
@@ -192,7 +227,3 @@ def _peek(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     return message if isinstance(message, dict) else None
-
-
-def _json(body: dict[str, Any], status: int) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")

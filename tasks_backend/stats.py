@@ -3,8 +3,8 @@
 Workers record each outcome (with the job's duration from submit) and each job they park on input;
 sweepers record their actions. The figures are counters in two Redis hashes, plus one sorted set of
 parked jobs that is pruned when read, so the "parked now" gauge heals itself whether a job resumed,
-was cancelled or expired. Every key has a TTL, renewed by the writers (at most once a minute per
-process). Metrics never fail a job: a write that cannot reach Redis is dropped.
+was cancelled or expired. Every key has a TTL that the writers renew (the counter hashes at most once
+a minute per process). Metrics never fail a job: a write that cannot reach Redis is dropped.
 
 A finished job costs two counter writes: its duration bucket and the duration sum, both per operation
 and outcome. Outcome counts and the per-operation histogram are sums of those, taken at read time.
@@ -78,7 +78,7 @@ class JobStats:
         operation = record.operation
         if target is JobState.INPUT_REQUIRED:
             pipe.zadd(self.keys.stats("parked"), {record.id: record.expires_ms})
-            self.store.keep_ttl(pipe, self.keys.stats("parked"), STATS_TTL_MS)
+            pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)  # emptied when read: renewed every time
             return
         seconds = max(0.0, (at_ms - record.created_ms) / 1000)
         jobs = self.keys.stats("jobs")

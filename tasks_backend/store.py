@@ -111,10 +111,11 @@ class RedisStore:
         raise AssertionError("unreachable")
 
     def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
-        """Renew the TTL of a long-lived shared key (an index, a schedule, a counter) in `pipe`.
+        """Renew the TTL of a hash of counters in `pipe`, at most once a minute per process.
 
-        Such keys are written on every submit or finish; renewing a TTL of days on each write would
-        only add a command, so each process renews a key at most once a minute."""
+        Counters are written on every finish; renewing a TTL of days on each write would only add a
+        command. Only for keys that are never emptied: Redis deletes an emptied key, and one recreated
+        by the next write would go without a TTL until the next renewal."""
         now = time.monotonic()
         if now - self._ttl_kept.get(key, -120.0) >= 60.0:
             self._ttl_kept[key] = now
@@ -143,7 +144,7 @@ class RedisStore:
                        self.max_ttl_ms, idem_value, ttl_ms,
                        created_ms - self.max_ttl_ms)
             p.zadd(self.keys.sweep(), {job_id: sweep_at_ms})
-            self.keep_ttl(p, self.keys.sweep(), self.max_ttl_ms)
+            p.pexpire(self.keys.sweep(), self.max_ttl_ms)
             if also is not None:
                 also(p)
 

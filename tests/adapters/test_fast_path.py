@@ -1,0 +1,90 @@
+"""The WSGI fast path answers exactly as the Flask routes behind it would, and hands over what it cannot."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+from werkzeug.test import EnvironBuilder, run_wsgi_app
+
+from adapters.app import create_app
+from tasks_backend.runtime import Runtime
+from tests.conftest import ALICE, BOB
+
+MCP_HEADERS = {**ALICE, "MCP-Protocol-Version": "2026-07-28", "Accept": "application/json, text/event-stream"}
+MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+
+def _both(flask_app: Any, **request: Any) -> tuple[tuple[int, dict[str, str], Any], ...]:
+    """The same request through the fast path and straight to Flask: (status, headers, JSON body) each."""
+    out = []
+    for wsgi in (flask_app.wsgi_app, flask_app.wsgi_app.app):
+        body, status, headers = run_wsgi_app(wsgi, EnvironBuilder(**request).get_environ())
+        raw = b"".join(body)
+        out.append((int(status.split()[0]), dict(headers), json.loads(raw) if raw else None))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("request_kw", [
+    {"method": "POST", "path": "/v1/jobs", "data": b"{not json", "headers": ALICE},
+    {"method": "POST", "path": "/v1/jobs", "json": {"operation": "no.such"}, "headers": ALICE},
+    {"method": "POST", "path": "/v1/jobs", "json": {"operation": "test.noop", "extra": 1}, "headers": ALICE},
+    {"method": "POST", "path": "/v1/jobs", "json": {"operation": "test.noop"}, "headers": {"Authorization": "x"}},
+    {"method": "GET", "path": "/v1/jobs/8c1e7d0e-52a5-4a8e-a6f1-2b0d0a6c4b11", "headers": ALICE},
+    {"method": "GET", "path": "/v1/jobs/not-an-id", "headers": {}},
+    {"method": "POST", "path": "/mcp", "headers": MCP_HEADERS,
+     "json": {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": "nope", "_meta": MCP_META}}},
+    {"method": "POST", "path": "/mcp", "headers": MCP_HEADERS,
+     "json": {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "no.such", "_meta": MCP_META}}},
+])
+def test_errors_read_exactly_as_from_flask(flask_app: Any, request_kw: dict[str, Any]) -> None:
+    fast, slow = _both(flask_app, **request_kw)
+    assert fast[0] == slow[0] >= 400
+    assert fast[2] == slow[2]
+    for name in ("Content-Type", "WWW-Authenticate", "Retry-After"):
+        assert fast[1].get(name) == slow[1].get(name), name
+
+
+def test_another_owners_job_reads_as_missing_on_every_fast_call(runtime: Runtime, flask_app: Any) -> None:
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    poll = flask_app.test_client().get(f"/v1/jobs/{record.id}", headers=BOB)
+    missing = flask_app.test_client().get("/v1/jobs/8c1e7d0e-52a5-4a8e-a6f1-2b0d0a6c4b11", headers=BOB)
+    assert (poll.status_code, poll.get_json()) == (missing.status_code, missing.get_json()) == (404, missing.get_json())
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": record.id, "_meta": MCP_META}}
+    answer = flask_app.test_client().post("/mcp", json=rpc, headers={**MCP_HEADERS, **BOB})
+    assert answer.status_code == 400 and answer.get_json()["error"]["code"] == -32602
+
+
+def test_a_body_of_unknown_length_is_left_to_flask(flask_app: Any) -> None:
+    body = json.dumps({"operation": "test.noop", "params": {}}).encode()
+    environ = EnvironBuilder(method="POST", path="/v1/jobs", headers={**ALICE, "Content-Type": "application/json",
+                                                                      "Transfer-Encoding": "chunked"}).get_environ()
+    environ.pop("CONTENT_LENGTH", None)
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["wsgi.input_terminated"] = True
+    chunks, status, headers = run_wsgi_app(flask_app.wsgi_app, environ)
+    assert status.startswith("202"), b"".join(chunks)
+    assert dict(headers)["Location"].startswith("/v1/jobs/")
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(flask_app: Any) -> None:
+    limit = flask_app.extensions["tasks_backend"].settings.max_body_bytes
+    big = json.dumps({"operation": "test.noop", "params": {"pad": "x" * limit}})
+    answer = flask_app.test_client().post("/v1/jobs", data=big, headers={**ALICE, "Content-Type": "application/json"})
+    assert answer.status_code == 413 and answer.mimetype == "application/problem+json"
+
+
+def test_an_unexpected_error_is_a_bare_500(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = create_app(runtime=runtime)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(runtime.service, "submit", broken)
+    answer = app.test_client().post("/v1/jobs", json={"operation": "test.noop"}, headers=ALICE)
+    assert answer.status_code == 500 and answer.mimetype == "application/problem+json"
+    assert "secret" not in answer.get_data(as_text=True)
+    assert answer.get_json()["title"] == "Internal error"
