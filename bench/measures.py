@@ -28,7 +28,7 @@ class Row:
     base_p50_ms: float | None = None
     base_p99_ms: float | None = None
     note: str = ""
-    samples: dict[str, list[float]] = field(default_factory=dict)
+    samples: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,21 +87,24 @@ def warm(plan: Plan, *targets: Load) -> None:
 
 
 def drain_rate(queue_length: Callable[[], int], total: int, start: Callable[[], Any],
-               timeout_s: float = 300.0) -> float:
-    """Messages/s taken off a full queue between 90% and 10% left, sampled every few ms.
+               cpu: Callable[[], dict[str, float]] = dict, timeout_s: float = 300.0) -> tuple[float, dict[str, float]]:
+    """Messages/s taken off a full queue between 90% and 10% left, sampled every few ms, and the CPU
+    seconds per message that each process named by `cpu` spent meanwhile.
 
     Timing only the middle of the drain leaves out worker start-up and the last stragglers.
     """
     start()
     hi, lo = int(total * 0.9), int(total * 0.1)
-    first: tuple[float, int] | None = None
+    first: tuple[float, int, dict[str, float]] | None = None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         now, left = time.perf_counter(), queue_length()
         if first is None and left <= hi:
-            first = (now, left)
+            first = (now, left, cpu())
         if first is not None and left <= lo:
-            return (first[1] - left) / (now - first[0]) if now > first[0] else float("nan")
+            done, spent = first[1] - left, cpu()
+            per_job = {name: (spent[name] - first[2].get(name, 0.0)) / done for name in spent} if done else {}
+            return (done / (now - first[0]) if now > first[0] else float("nan")), per_job
         time.sleep(0.003)
     raise RuntimeError("the queue did not drain in time")
 

@@ -70,3 +70,16 @@ def gunicorn(python: str, app: str, port: int, workers: int, *, worker_class: st
     if worker_class:
         flags[1] = worker_class
     return [python, "-m", "gunicorn", "--bind", f"127.0.0.1:{port}", "--workers", str(workers), *flags, app]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of a process (a Celery worker's pool processes)."""
+    with contextlib.suppress(OSError):
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []

@@ -162,6 +162,7 @@ class Bench:
         bare = make_app(self.baseline_env["BENCH_BROKER_URL"], None).tasks["bench.bare_noop"]
         ours: list[float] = []
         theirs: list[float] = []
+        cpu: dict[str, list[dict[str, float]]] = {"product": [], "baseline": []}
         for rep in range(self.plan.runner_reps):
             sides = [("product", ours), ("baseline", theirs)]
             for side, out in sides if rep % 2 == 0 else reversed(sides):
@@ -173,15 +174,33 @@ class Bench:
                     for _ in range(n):
                         bare.apply_async()
                     queue, db, worker = BARE_QUEUE, self.db1, "baseline-worker"
-                out.append(drain_rate(functools.partial(self.queue_length, db, queue), n,
-                                      functools.partial(self.up, worker)))
+                rate, per_job = drain_rate(functools.partial(self.queue_length, db, queue), n,
+                                           functools.partial(self.up, worker), functools.partial(self.cpu, worker))
+                out.append(rate)
+                cpu[side].append(per_job)
                 self.wait_empty(db, queue)
                 self.down(worker)
         ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+
+        def cpu_note(side: str) -> str:
+            parts = {name: 1e6 * median([c[name] for c in cpu[side]]) for name in ("worker", "pool", "redis")}
+            return "/".join(f"{v:.0f}" for v in parts.values())
+
         self.rows.append(Row("no-op jobs through the runner alone", "jobs/s",
                              ">= 0.8x bare Celery no-op (prefork -c 2, acks_late, prefetch 1)", median(ours),
                              median(theirs), median(ratios), median(ratios) >= 0.8,
-                             samples={"product": ours, "baseline": theirs, "ratio": ratios}))
+                             note=f"CPU us per job, worker main/pool/Redis: {cpu_note('product')}; "
+                                  f"{cpu_note('baseline')}",
+                             samples={"product": ours, "baseline": theirs, "ratio": ratios,
+                                      "cpu_s_per_job": cpu}))
+
+    def cpu(self, worker: str) -> dict[str, float]:
+        """CPU seconds used so far by a worker's main process, its pool processes and the Redis server."""
+        main = self.running[worker].popen.pid
+        assert self.redis.process is not None
+        return {"worker": procs.cpu_seconds(main),
+                "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
+                "redis": procs.cpu_seconds(self.redis.process.pid)}
 
     @staticmethod
     def queue_length(db: redis.Redis, queue: str) -> int:

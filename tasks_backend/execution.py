@@ -22,7 +22,7 @@ from marshmallow import Schema
 
 from .config import Settings
 from .dispatch import Dispatcher
-from .domain import JobRecord, JobState, now_ms
+from .domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from .errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from .registry import JobSpec, Registry
 from .stats import JobStats
@@ -31,6 +31,8 @@ from .store import RedisStore
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
 log = logging.getLogger(__name__)
+#: How often a worker process writes what may lag a job's outcome (metrics, sweep schedule cleanup).
+TICK_S = 1.0
 
 
 # Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
@@ -82,13 +84,14 @@ class Lease:
 
 
 class LeaseKeeper:
-    """One thread per worker process renews the leases of every job the process runs, in one round trip.
+    """One thread per worker process renews the leases of every job the process runs, in one round trip,
+    and calls `tick` about once a second (to write what may lag a job's outcome).
 
     It starts on first use, so in a prefork pool it runs in each child, never in the parent.
     """
 
-    def __init__(self, store: RedisStore, lease_ms: int) -> None:
-        self.store, self.lease_ms = store, lease_ms
+    def __init__(self, store: RedisStore, lease_ms: int, tick: Callable[[], None] = lambda: None) -> None:
+        self.store, self.lease_ms, self.tick = store, lease_ms, tick
         self._leases: dict[str, Lease] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -109,8 +112,16 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         interval = self.lease_ms / 3000
+        renew_at = time.monotonic() + interval
         while True:
-            time.sleep(interval)
+            time.sleep(min(interval, TICK_S))
+            try:
+                self.tick()
+            except Exception:
+                log.exception("lease keeper tick failed")
+            if time.monotonic() < renew_at:
+                continue
+            renew_at = time.monotonic() + interval
             with self._lock:
                 held = list(self._leases.values())
             if not held:
@@ -235,8 +246,22 @@ class Executor:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
         self.name = name or worker_name()
         self.lease_ms = int(settings.lease_s * 1000)
-        self.keeper = LeaseKeeper(store, self.lease_ms)
+        self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
         self.stats = JobStats.of(store)
+        self._finished: list[str] = []
+        self._finished_lock = threading.Lock()
+
+    def flush(self) -> None:
+        """Write what may lag a job's outcome by a second: its metrics, and taking it off the sweep schedule.
+
+        Neither is needed for correctness at once: the sweeper drops the entry of a finished job it
+        finds, and metrics are metrics. Batching them keeps a finished job to one command."""
+        with self._finished_lock:
+            finished, self._finished = self._finished, []
+        try:
+            self.store.unschedule_finished(finished, also=self.stats.flush_into)
+        except StoreUnavailable:
+            log.debug("deferred writes dropped: Redis is unreachable")
 
     def run(self, job_id: str) -> str:
         """Run the job if it is ours to run; returns what happened (for logs and tests)."""
@@ -298,10 +323,17 @@ class Executor:
 
     def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str]) -> str:
         at = now_ms()
+        terminal = target in TERMINAL_STATES
         outcome, _ = _durable(lambda: self.store.transition(
-            record.id, target, token=token, fields=fields, now_ms=at,
-            also=lambda pipe: self.stats.add_outcome(pipe, record, target, at)), self.settings.lease_s * 10)
-        return target.value if outcome == "ok" else outcome
+            record.id, target, token=token, fields=fields, now_ms=at, unschedule=not terminal),
+            self.settings.lease_s * 10)
+        if outcome != "ok":
+            return outcome
+        self.stats.note_outcome(record, target, at)
+        if terminal:
+            with self._finished_lock:
+                self._finished.append(record.id)
+        return target.value
 
 
 def _error(exc: BaseException) -> dict[str, Any]:

@@ -6,13 +6,15 @@ parked jobs that is pruned when read, so the "parked now" gauge heals itself whe
 was cancelled or expired. Every key has a TTL that the writers renew (the counter hashes at most once
 a minute per process). Metrics never fail a job: a write that cannot reach Redis is dropped.
 
-A finished job costs two counter writes: its duration bucket and the duration sum, both per operation
-and outcome. Outcome counts and the per-operation histogram are sums of those, taken at read time.
+Workers count outcomes in memory and write them once a second, one command per distinct counter: the
+duration bucket and the duration sum per operation and outcome. Outcome counts and the per-operation
+histogram are sums of those, taken at read time.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,30 +64,47 @@ class JobStats:
         self.store = store
         self.redis: Any = store.redis
         self.keys: Keys = store.keys
+        self._lock = threading.Lock()
+        self._increments: dict[str, float] = {}
+        self._parked: dict[str, int] = {}
 
     @classmethod
     def of(cls, store: RedisStore) -> JobStats:
         return cls(store)
 
     # -- writers (workers and sweepers) ----------------------------------------------
-    def add_outcome(self, pipe: Any, record: JobRecord, target: JobState, at_ms: int) -> None:
-        """Add the counters for a worker moving `record` to `target` to the pipeline of that move.
+    def note_outcome(self, record: JobRecord, target: JobState, at_ms: int) -> None:
+        """Count a worker's move of `record` to `target`; written by the next `flush_into`.
 
-        They ride in the transition's round trip, so they are counted even in the rare case the move
-        itself is refused (a worker that lost its lease): a metric, not a record."""
+        Workers flush every second, so a figure may lag the job by that much, and a worker that dies
+        loses at most a second's counts: a metric, not a record."""
         if target not in _RECORDED:
             return
-        operation = record.operation
-        if target is JobState.INPUT_REQUIRED:
-            pipe.zadd(self.keys.stats("parked"), {record.id: record.expires_ms})
-            pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)  # emptied when read: renewed every time
-            return
-        seconds = max(0.0, (at_ms - record.created_ms) / 1000)
+        with self._lock:
+            if target is JobState.INPUT_REQUIRED:
+                self._parked[record.id] = record.expires_ms
+                return
+            seconds = max(0.0, (at_ms - record.created_ms) / 1000)
+            prefix = f"{record.operation}{_SEP}{target.value}{_SEP}"
+            for field, amount in ((f"{prefix}le{_bucket(seconds)}", 1.0), (f"{prefix}sum", seconds)):
+                self._increments[field] = self._increments.get(field, 0.0) + amount
+
+    def flush_into(self, pipe: Any) -> None:
+        """Add what was noted since the last flush to `pipe`: one command per distinct counter."""
+        with self._lock:
+            increments, parked = self._increments, self._parked
+            self._increments, self._parked = {}, {}
         jobs = self.keys.stats("jobs")
-        prefix = f"{operation}{_SEP}{target.value}{_SEP}"
-        pipe.hincrby(jobs, f"{prefix}le{_bucket(seconds)}", 1)
-        pipe.hincrbyfloat(jobs, f"{prefix}sum", seconds)
-        self.store.keep_ttl(pipe, jobs, STATS_TTL_MS)
+        for field, amount in increments.items():
+            if field.endswith(f"{_SEP}sum"):
+                pipe.hincrbyfloat(jobs, field, amount)
+            else:
+                pipe.hincrby(jobs, field, int(amount))
+        if increments:
+            self.store.keep_ttl(pipe, jobs, STATS_TTL_MS)
+        if parked:
+            pipe.zadd(self.keys.stats("parked"), parked)
+            pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)  # emptied when read: renewed every time
 
     def sweeper_actions(self, counts: Mapping[str, int]) -> None:
         """Called by the sweeper with how many jobs it handled per action in one pass."""

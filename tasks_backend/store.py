@@ -225,24 +225,37 @@ class RedisStore:
 
     # -- state changes -----------------------------------------------------------
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
-                   fields: dict[str, str] | None = None, now_ms: int,
-                   also: Callable[[Any], None] | None = None) -> tuple[str, str]:
+                   fields: dict[str, str] | None = None, now_ms: int, unschedule: bool = True) -> tuple[str, str]:
         """Move a job to `target` if the state table allows it (and the token still fences it).
 
-        `also` adds commands to the same round trip; they run whatever the script decides."""
-        pairs = [x for kv in (fields or {}).items() for x in kv]
-        allowed = ",".join(sources_of(target))
+        A job that leaves the queue for good (finished, or parked on input) is taken off the sweep
+        schedule in the same round trip; `unschedule=False` leaves that to the caller (workers batch
+        it for finished jobs, see `unschedule_finished`)."""
+        args = ["" if token is None else token, target.value, ",".join(sources_of(target)), TERMINAL_CSV, owner,
+                *(x for kv in (fields or {}).items() for x in kv)]
+        if not (unschedule and (target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED)):
+            outcome, before = self._job("transition", job_id, now_ms, *args)
+            return str(outcome), str(before)
 
         def build(p: Any) -> None:
-            self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, "" if token is None else token,
-                       target.value, allowed, TERMINAL_CSV, owner, *pairs)
-            if target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED:
-                p.zrem(self.keys.sweep(), job_id)
-            if also is not None:
-                also(p)
+            self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, *args)
+            p.zrem(self.keys.sweep(), job_id)
 
         outcome, before = self._run(build)[0]
         return str(outcome), str(before)
+
+    def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
+        """Take finished jobs off the sweep schedule in one command; `also` adds to the round trip.
+
+        Only for jobs in a terminal state: nothing schedules them again. (A parked job may be answered
+        and rescheduled at any moment, so it is unscheduled with its transition.)"""
+        def build(p: Any) -> None:
+            if job_ids:
+                p.zrem(self.keys.sweep(), *job_ids)
+            if also is not None:
+                also(p)
+
+        self._run(build)
 
     def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
               exhausted_error: dict[str, Any]) -> tuple[str, JobRecord | None]:

@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, signals
 
 from tasks_backend.config import Settings
 from tasks_backend.dispatch import RUN_TASK, celery_config
@@ -33,6 +33,15 @@ def create_celery(settings: Settings | None = None) -> Celery:
             return holder["rt"]
 
     app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
+
+    def flush(**_: Any) -> None:
+        """Write the last second's deferred metrics and schedule cleanup before the process goes."""
+        if "rt" in holder:
+            holder["rt"].executor().flush()
+
+    # weak=False: the receivers are closures that nothing else holds.
+    signals.worker_process_shutdown.connect(flush, weak=False)
+    signals.worker_shutdown.connect(flush, weak=False)
 
     @app.task(name=RUN_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True, throws=(JobFailedOutcome,))

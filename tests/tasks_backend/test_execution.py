@@ -110,3 +110,25 @@ def test_sweeper_drops_an_orphan_of_a_lost_idempotency_race(runtime: Runtime) ->
     assert counts.get("orphan") == 1
     assert runtime.store.get(orphan_id) is None
     wait_until(lambda: state(runtime, winner.id) is JobState.COMPLETED, message="the winner to run")
+
+
+def test_finished_jobs_leave_the_sweep_schedule_and_are_counted_within_a_tick(runtime: Runtime) -> None:
+    """A worker batches both once a second; a finished job is never swept meanwhile."""
+    alice = Principal("alice")
+    record, _ = runtime.service.submit(alice, "test.noop", {})
+    sweep, jobs = runtime.store.keys.sweep(), runtime.store.keys.stats("jobs")
+    counted = "test.noop|completed|sum"
+    before = float(runtime.store.redis.hget(jobs, counted) or 0)
+    assert runtime.store.redis.zscore(sweep, record.id) is not None
+    runtime.service.wait(alice, record.id, 20)
+    wait_until(lambda: runtime.store.redis.zscore(sweep, record.id) is None, 5, message="unscheduled")
+    wait_until(lambda: float(runtime.store.redis.hget(jobs, counted) or 0) > before, 5, message="counted")
+
+
+def test_a_parked_job_leaves_the_schedule_with_its_transition(runtime: Runtime, tmp_path: Path) -> None:
+    """Parked jobs are unscheduled at once: an answer may reschedule them at any moment after."""
+    alice = Principal("alice")
+    record, _ = runtime.service.submit(alice, "test.ask_twice", {"ledger": str(tmp_path / "a")})
+    wait_until(lambda: runtime.service.get(alice, record.id).state is JobState.INPUT_REQUIRED, message="parked")
+    assert runtime.store.redis.zscore(runtime.store.keys.sweep(), record.id) is None
+    runtime.service.cancel(alice, record.id)
