@@ -18,19 +18,26 @@ from celery import Celery
 
 from .config import Settings
 from .errors import DispatchUnavailable
+from .store import keepalive_options
 
 RUN_TASK = "tasks_backend.run"
 log = logging.getLogger(__name__)
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
+def celery_config(settings: Settings, *, consumer: bool = False) -> dict[str, Any]:
+    """Celery settings for every process; `consumer` for a worker, whose main loop reads the broker."""
     broker_options: dict[str, Any] = {
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": min(10.0, settings.visibility_timeout_s),
         "unacked_restore_throttle": 1,
-        "socket_timeout": 30,
+        # A worker's main loop has no per-call socket timeout: it costs a poll() before every send and
+        # receive there. TCP keepalive and TCP_USER_TIMEOUT drop a dead or unreachable broker within
+        # seconds; a broker that is up but stalled holds the loop until it answers (Celery's default).
+        # Everyone else (the web reading queue depths, Flower) must answer quickly, so they time out.
+        "socket_timeout": None if consumer else settings.redis_socket_timeout_s * 5,
         "socket_connect_timeout": 2,
         "socket_keepalive": True,
+        "socket_keepalive_options": keepalive_options(),
         "health_check_interval": 25,
         # A replayed LPUSH after a lost reply would publish twice; our claim makes that harmless,
         # but there is no reason to invite it.

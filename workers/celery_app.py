@@ -17,12 +17,13 @@ from .flower import JobFailedOutcome, celery_outcome
 log = logging.getLogger(__name__)
 
 
-def create_celery(settings: Settings | None = None) -> Celery:
-    """A Celery app whose workers run registered jobs by id. The runtime is built lazily per process,
-    after the prefork pool has forked, so no Redis connection crosses a fork."""
+def create_celery(settings: Settings | None = None, *, consumer: bool = True) -> Celery:
+    """A Celery app whose workers run registered jobs by id (`consumer=False` for Flower, which only
+    watches). The runtime is built lazily per process, after the prefork pool has forked, so no Redis
+    connection crosses a fork."""
     settings = settings or Settings.from_env()
     app = Celery("tasks_backend", set_as_current=False)
-    app.conf.update(celery_config(settings))
+    app.conf.update(celery_config(settings, consumer=consumer))
     lock = threading.Lock()
     holder: dict[str, Runtime] = {}
 

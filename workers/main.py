@@ -19,7 +19,7 @@ def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> 
 
 
 def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
-    app = create_celery(settings)
+    app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])
 
 

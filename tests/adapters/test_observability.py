@@ -34,23 +34,24 @@ def _metric(text: str, line_start: str) -> float:
 def test_metrics_count_outcomes_durations_and_parked_jobs(worker: Any, runtime: Runtime, client: Any) -> None:
     alice = Principal("alice")
     before = client.get("/metrics", headers=ALICE).text
-    done, _ = runtime.service.submit(alice, "demo.export", {"rows": 2})
-    failed, _ = runtime.service.submit(alice, "demo.fail", {"message": "x"})
+    done, _ = runtime.service.submit(alice, "test.counted", {})
+    failed, _ = runtime.service.submit(alice, "test.counted", {"fail": True})
     parked, _ = runtime.service.submit(alice, "demo.refund", {"order_id": "m-1", "amount": 1})
     for record in (done, failed, parked):
         runtime.service.wait(alice, record.id, 60)
-    completed = 'tasks_backend_jobs_finished_total{operation="demo.export",outcome="completed"}'
-    failures = 'tasks_backend_jobs_finished_total{operation="demo.fail",outcome="failed"}'
-    count = 'tasks_backend_job_duration_seconds_count{operation="demo.export"}'
+    completed = 'tasks_backend_jobs_finished_total{operation="test.counted",outcome="completed"}'
+    failures = 'tasks_backend_jobs_finished_total{operation="test.counted",outcome="failed"}'
+    count = 'tasks_backend_job_duration_seconds_count{operation="test.counted"}'
 
     def counted() -> str | None:
         """Workers write their counts once a second, so the figures may lag the jobs by that much."""
         text: str = client.get("/metrics", headers=ALICE).text
-        wanted = [_metric(text, name) == _metric(before, name) + 1 for name in (completed, failures, count)]
+        wanted = [_metric(text, name) == _metric(before, name) + n for name, n in
+                  ((completed, 1), (failures, 1), (count, 2))]
         return text if all(wanted) and _metric(text, "tasks_backend_jobs_parked ") >= 1 else None
 
     after = wait_until(counted, 10, message="the metrics to count the three jobs")
-    assert 'tasks_backend_job_duration_seconds_bucket{le="+Inf",operation="demo.export"}' in after
+    assert 'tasks_backend_job_duration_seconds_bucket{le="+Inf",operation="test.counted"}' in after
     assert "tasks_backend_queue_depth{" in after
     runtime.service.cancel(alice, parked.id)
     assert _metric(client.get("/metrics", headers=ALICE).text, "tasks_backend_jobs_parked ") == _metric(

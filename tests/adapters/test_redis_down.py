@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,9 +21,32 @@ MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 
 @pytest.fixture(scope="module")
-def down() -> Any:
-    """The app pointed at a port where no Redis listens."""
-    return create_app(make_settings(f"redis://127.0.0.1:{free_port()}", redis_socket_timeout_s=0.5)).test_client()
+def stalled_port() -> Iterator[int]:
+    """A port that accepts connections and never answers: a Redis that hangs, not one that is gone."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for sock in [*held, server]:
+        sock.close()
+
+
+@pytest.fixture(scope="module", params=["refused", "stalled"])
+def down(request: pytest.FixtureRequest) -> Any:
+    """The app pointed at a port where no Redis listens, or where one hangs."""
+    port = free_port() if request.param == "refused" else request.getfixturevalue("stalled_port")
+    return create_app(make_settings(f"redis://127.0.0.1:{port}", redis_socket_timeout_s=0.5)).test_client()
 
 
 @pytest.mark.parametrize(("method", "path", "body"), [

@@ -61,6 +61,18 @@ class FlakyParams(Schema):
     failures = fields.Integer(required=True)
 
 
+class CountedParams(Schema):
+    fail = fields.Boolean(load_default=False)
+
+
+@job("test.counted", params=CountedParams, ttl=600, poll_interval=0.1)
+def counted(ctx: JobContext, fail: bool) -> dict[str, Any]:
+    """Only the metrics test runs this, so its counts change by exactly what that test does."""
+    if fail:
+        raise RuntimeError("counted as failed")
+    return {"ok": True}
+
+
 @job("test.flaky", params=FlakyParams, ttl=600, poll_interval=0.1, retry_on=(Transient,), max_retries=3,
      retry_backoff=0.05)
 def flaky(ctx: JobContext, ledger: str, failures: int) -> dict[str, Any]:
