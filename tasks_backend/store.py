@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -60,7 +61,7 @@ class KernelTimeoutConnection(redis.Connection):
 def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
     """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang."""
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
-    if url.startswith("redis://") and hasattr(socket, "SO_RCVTIMEO"):
+    if url.startswith("redis://") and sys.platform != "win32":  # Windows wants milliseconds, not a timeval
         timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
     return redis.Redis.from_url(
         url,
