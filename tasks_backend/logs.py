@@ -24,7 +24,9 @@ _operation: contextvars.ContextVar[str | None] = contextvars.ContextVar("operati
 _SECRETS = re.compile(r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?|basic[-_]auth[=:\s]+"
                       r"|token[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]+)")
 #: Libraries that log every request at INFO; their lines add nothing an access log does not.
-_QUIET = ("httpx", "httpcore")
+#: Loggers kept at WARNING. `celery.worker.strategy` logs "Received task" for every job: a worker says
+#: one line per job at INFO (Celery's "succeeded" or "failed" line, with the runtime), not two.
+_QUIET = ("httpx", "httpcore", "celery.worker.strategy")
 
 
 _SECRET_HINTS = ("bearer", "authorization", "basic", "token")
