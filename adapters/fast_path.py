@@ -13,18 +13,18 @@ import io
 import json
 import logging
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from typing import Any
 
 from werkzeug.datastructures import EnvironHeaders
 
 from tasks_backend.auth import Authenticator
-from tasks_backend.errors import TasksBackendError
 from tasks_backend.runtime import Runtime
 
 from . import mcp
 from .http_jobs import handle_body, submit_body
 from .mcp_tools import Stream
-from .problems import INTERNAL, PROBLEM_JSON, error_parts, problem_body
+from .problems import PROBLEM_JSON, error_parts
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 StartResponse = Callable[..., Any]
@@ -33,14 +33,11 @@ log = logging.getLogger(__name__)
 _JOB_PREFIX = "/v1/jobs/"
 #: The MCP methods answered here; they never answer with a stream.
 MCP_METHODS = frozenset({"tools/call", "tasks/get"})
-_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            409: "Conflict", 413: "Content Too Large", 422: "Unprocessable Content", 500: "Internal Server Error",
-            503: "Service Unavailable"}
 
 
 def _respond(start_response: StartResponse, status: int, payload: bytes, headers: list[tuple[str, str]],
              content_type: str = "application/json") -> list[bytes]:
-    start_response(f"{status} {_REASONS.get(status, 'Unknown')}",
+    start_response(f"{status} {HTTPStatus(status).phrase}",
                    [("Content-Type", content_type), ("Content-Length", str(len(payload))), *headers])
     return [payload]
 
@@ -65,13 +62,9 @@ class FastPath:
     def _guarded(self, start_response: StartResponse, answer: Callable[[], Iterable[bytes]]) -> Iterable[bytes]:
         try:
             return answer()
-        except TasksBackendError as exc:
+        except Exception as exc:
             status, body, headers = error_parts(exc)
             return _respond(start_response, status, json.dumps(body).encode(), headers, PROBLEM_JSON)
-        except Exception:
-            log.exception("unhandled error")
-            return _respond(start_response, 500, json.dumps(problem_body(500, *INTERNAL)).encode(), [],
-                            PROBLEM_JSON)
 
     def _body(self, environ: dict[str, Any]) -> bytes | None:
         """The whole body when its length is known and allowed (put back for Flask); None leaves it to Flask."""

@@ -43,10 +43,19 @@ class RpcError(Exception):
 
 def parse(raw: bytes) -> Request:
     """Parse one request object; raises `RpcError` for -32700 / -32600 (batches are not supported)."""
+    return request_from(decode(raw))
+
+
+def decode(raw: bytes) -> Any:
+    """The JSON in a body, or -32700."""
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RpcError(PARSE_ERROR, "Parse error", http_status=400) from exc
+
+
+def request_from(body: Any) -> Request:
+    """One request object from decoded JSON, or -32600 / -32602."""
     if not isinstance(body, dict):
         raise RpcError(INVALID_REQUEST, "Invalid Request: expected one JSON-RPC request object", http_status=400)
     has_id = "id" in body

@@ -89,15 +89,19 @@ def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime
     """Answer one POSTed JSON-RPC message; Flask-free, so the WSGI fast path serves the hot methods with it.
 
     With `only`, a message whose method is not in it is left alone (None): nothing has been done yet."""
-    message = _peek(raw)
-    if message is not None and "method" not in message and ("result" in message or "error" in message):
+    try:
+        message = jsonrpc.decode(raw)
+    except jsonrpc.RpcError as exc:
+        return None if only is not None else _error(None, exc, None)
+    is_dict = isinstance(message, dict)
+    if is_dict and "method" not in message and ("result" in message or "error" in message):
         return None if only is not None else _client_response(message, principal, runtime)
-    if only is not None and (message is None or message.get("method") not in only):
+    if only is not None and (not is_dict or message.get("method") not in only):
         return None
     request_id: jsonrpc.Id = None
     revision: str | None = None
     try:
-        rpc = jsonrpc.parse(raw)
+        rpc = jsonrpc.request_from(message)
         request_id = rpc.id
         if rpc.is_notification:
             return Answer(202)  # notifications/initialized, notifications/cancelled: nothing to do
@@ -219,11 +223,3 @@ def _error_status(code: int, exc: BaseException, revision: str | None) -> int:
     if code == jsonrpc.METHOD_NOT_FOUND:
         return 404
     return 500 if code == jsonrpc.INTERNAL_ERROR else 400
-
-
-def _peek(raw: bytes) -> dict[str, Any] | None:
-    try:
-        message = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return message if isinstance(message, dict) else None

@@ -53,7 +53,7 @@ class _JobCollector(Collector):
         store = self.runtime.store
         try:
             due = store.redis.zcard(store.keys.sweep())
-            snapshot = JobStats.of(store).snapshot()
+            snapshot = JobStats(store).snapshot()
         except Exception as exc:  # a scrape during a Redis outage reports what it can, not a 500
             log.warning("job metrics unavailable: %s", type(exc).__name__)
         else:

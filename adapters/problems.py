@@ -30,8 +30,13 @@ def problem(status: int, slug: str, title: str, detail: str, extra: dict[str, An
     return response
 
 
-def error_parts(exc: TasksBackendError) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
-    """Status, problem body and extra headers for one of our errors; Flask-free, for the WSGI fast path too."""
+def error_parts(exc: Exception) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
+    """Status, problem body and extra headers for an error; Flask-free, for the WSGI fast path too.
+
+    Anything that is not one of ours is logged and answered as a bare 500."""
+    if not isinstance(exc, TasksBackendError):
+        log.error("unhandled error", exc_info=exc)
+        return 500, problem_body(500, *INTERNAL), []
     row = mapping_for(exc)
     body = problem_body(row.http_status, row.slug, row.title, exc.detail, exc.extra)
     headers: list[tuple[str, str]] = []
@@ -42,7 +47,7 @@ def error_parts(exc: TasksBackendError) -> tuple[int, dict[str, Any], list[tuple
     return row.http_status, body, headers
 
 
-def from_error(exc: TasksBackendError) -> Response:
+def from_error(exc: Exception) -> Response:
     status, body, headers = error_parts(exc)
     response = jsonify(body)
     response.status_code = status
@@ -67,5 +72,4 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _internal(exc: Exception) -> Response:
-        log.exception("unhandled error")
-        return problem(500, *INTERNAL)
+        return from_error(exc)

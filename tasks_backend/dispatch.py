@@ -33,8 +33,8 @@ def celery_config(settings: Settings, *, consumer: bool = False) -> dict[str, An
         # A worker's main loop has no per-call socket timeout: it costs a poll() before every send and
         # receive there. TCP keepalive and TCP_USER_TIMEOUT drop a dead or unreachable broker within
         # seconds; a broker that is up but stalled holds the loop until it answers (Celery's default).
-        # Everyone else (the web reading queue depths, Flower) must answer quickly, so they time out.
-        "socket_timeout": None if consumer else settings.redis_socket_timeout_s * 5,
+        # Everyone else (the web reading queue depths, Flower) times out like any other Redis call.
+        "socket_timeout": None if consumer else settings.redis_socket_timeout_s,
         "socket_connect_timeout": 2,
         "socket_keepalive": True,
         "socket_keepalive_options": keepalive_options(),
@@ -154,3 +154,10 @@ class RedisDispatcher(CeleryDispatcher):
         except redis.RedisError as exc:
             log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
             raise DispatchUnavailable() from exc
+
+    def ping(self) -> bool:
+        """Ask the connection the publishes use (and its fail-fast timeouts), not a new kombu one."""
+        try:
+            return bool(self.broker.ping())
+        except redis.RedisError:
+            return False

@@ -247,7 +247,7 @@ class Executor:
         self.name = name or worker_name()
         self.lease_ms = int(settings.lease_s * 1000)
         self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
-        self.stats = JobStats.of(store)
+        self.stats = JobStats(store)
         self._finished: list[str] = []
         self._finished_lock = threading.Lock()
 

@@ -127,9 +127,12 @@ class JobService:
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
             raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")
-        request_hash = hashlib.sha256(canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
+        # What a replay must repeat to get the same handle; only a submit with a key needs it.
+        request_hash = "" if idempotency_key is None else hashlib.sha256(
+            canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
         ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
         poll_ms = int(1000 * (spec.poll_interval_s or self.settings.default_poll_s))
+        params_json = canonical_json(stored_params)
 
         for _ in range(3):
             job_id = str(uuid.uuid4())
@@ -139,7 +142,7 @@ class JobService:
             created, order = now_us // 1000, now_us / 1000
             fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "created": str(created),
                       "updated": str(created), "ttl": str(ttl_ms), "poll": str(poll_ms),
-                      "params": canonical_json(stored_params)}
+                      "params": params_json}
             if idempotency_key is not None:
                 fields["idem"] = idempotency_key
             # Without an idempotency key nothing can make this job an orphan, so the enqueue may ride in

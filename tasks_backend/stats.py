@@ -68,10 +68,6 @@ class JobStats:
         self._increments: dict[str, float] = {}
         self._parked: dict[str, int] = {}
 
-    @classmethod
-    def of(cls, store: RedisStore) -> JobStats:
-        return cls(store)
-
     # -- writers (workers and sweepers) ----------------------------------------------
     def note_outcome(self, record: JobRecord, target: JobState, at_ms: int) -> None:
         """Count a worker's move of `record` to `target`; written by the next `flush_into`.

@@ -109,21 +109,28 @@ class RedisStore:
     def _load_scripts(self) -> None:
         self._sha = {name: self.redis.script_load(body) for name, body in SCRIPTS.items()}
 
-    def _run(self, build: Callable[[Any], None]) -> list[Any]:
-        """Run `build(pipeline)` as one round trip, loading scripts on first use or after a restart."""
+    def _scripted(self, call: Callable[[], T]) -> T:
+        """Make `call`'s round trip, loading the scripts on first use and again after a Redis restart."""
         with redis_errors():
             for attempt in (1, 2):
                 if not self._sha:
                     self._load_scripts()
-                pipe = self.redis.pipeline(transaction=False)
-                build(pipe)
                 try:
-                    return list(pipe.execute())
+                    return call()
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
                         raise
                     self._sha = {}
         raise AssertionError("unreachable")
+
+    def _run(self, build: Callable[[Any], None]) -> list[Any]:
+        """Run `build(pipeline)` as one round trip."""
+        def call() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)
+            build(pipe)
+            return list(pipe.execute())
+
+        return self._scripted(call)
 
     def _eval(self, pipe: Any, name: str, keys: Sequence[str], *args: Any) -> None:
         pipe.evalsha(self._sha[name], len(keys), *keys, *args)
@@ -131,17 +138,7 @@ class RedisStore:
     def _job(self, name: str, job_id: str, *args: Any) -> Any:
         """One script on one job's keys: a plain command, which costs less than a pipeline of one."""
         keys = self.keys.job_keys(job_id)
-        with redis_errors():
-            for attempt in (1, 2):
-                if not self._sha:
-                    self._load_scripts()
-                try:
-                    return self.redis.evalsha(self._sha[name], len(keys), *keys, *args)
-                except redis.exceptions.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    self._sha = {}
-        raise AssertionError("unreachable")
+        return self._scripted(lambda: self.redis.evalsha(self._sha[name], len(keys), *keys, *args))
 
     def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
         """Renew the TTL of a hash of counters in `pipe`, at most once a minute per process.
@@ -228,7 +225,7 @@ class RedisStore:
     def owner_page(self, owner: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
         """Up to `count` (id, index score) of an owner's jobs, newest first, strictly after the cursor."""
         key = self.keys.owner_index(owner)
-        top: str | float = "+inf" if before is None else repr(before[0])
+        top = "+inf" if before is None else repr(before[0])
         with redis_errors():
             rows = self.redis.zrevrangebyscore(key, top, "-inf", start=0, num=count + 64, withscores=True)
         out: list[tuple[str, float]] = []
@@ -342,10 +339,7 @@ class RedisStore:
         return bool(cancel == "1")
 
     def request_cancel(self, job_id: str, owner: str, *, now_ms: int) -> str:
-        def build(p: Any) -> None:
-            self._eval(p, "cancel", self.keys.job_keys(job_id), now_ms, owner, TERMINAL_CSV)
-
-        return str(self._run(build)[0])
+        return str(self._job("cancel", job_id, now_ms, owner, TERMINAL_CSV))
 
     def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, now_ms: int) -> tuple[str, int]:
         pairs = [x for kv in answers.items() for x in kv]

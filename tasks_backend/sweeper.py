@@ -47,7 +47,7 @@ class Sweeper:
                 except DispatchUnavailable:
                     when = now + interval_ms
             self.store.reschedule_sweep(job_id, when if action in ("republish", "later") else None)
-        JobStats.of(self.store).sweeper_actions(counts)
+        JobStats(self.store).sweeper_actions(counts)
         if counts:
             log.info("sweep: %s", counts)
         return counts

@@ -59,7 +59,7 @@ def test_metrics_count_outcomes_durations_and_parked_jobs(worker: Any, runtime: 
 
 
 def test_sweeper_actions_are_counted(runtime: Runtime, client: Any) -> None:
-    stats = JobStats.of(runtime.store)
+    stats = JobStats(runtime.store)
     requeued = 'tasks_backend_sweeper_actions_total{action="requeue"}'
     before = _metric(client.get("/metrics", headers=ALICE).text, requeued)
     stats.sweeper_actions({"requeue": 2})

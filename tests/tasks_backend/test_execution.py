@@ -132,3 +132,22 @@ def test_a_parked_job_leaves_the_schedule_with_its_transition(runtime: Runtime, 
     wait_until(lambda: runtime.service.get(alice, record.id).state is JobState.INPUT_REQUIRED, message="parked")
     assert runtime.store.redis.zscore(runtime.store.keys.sweep(), record.id) is None
     runtime.service.cancel(alice, record.id)
+
+
+def test_a_finished_job_left_on_the_schedule_is_dropped_not_rerun(runtime: Runtime) -> None:
+    """A worker killed before writing its batch leaves finished jobs scheduled: the sweeper drops them."""
+    alice = Principal("alice")
+    record, _ = runtime.service.submit(alice, "test.noop", {})
+    done = runtime.service.wait(alice, record.id, 20)
+    assert done.state is JobState.COMPLETED
+    sweep = runtime.store.keys.sweep()
+
+    def swept() -> bool:
+        runtime.store.reschedule_sweep(record.id, now_ms() - 1)
+        runtime.sweeper().sweep_once()
+        return runtime.store.redis.zscore(sweep, record.id) is None
+
+    wait_until(swept, 5, message="the sweeper to drop the entry")
+    after = runtime.service.get(alice, record.id)
+    assert (after.state, after.attempts, after.result, after.updated_ms) == (
+        JobState.COMPLETED, done.attempts, done.result, done.updated_ms)
