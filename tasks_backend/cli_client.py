@@ -37,8 +37,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit status when a job ended failed or cancelled (errors talking to the server exit with 1 too).
 EXIT_JOB_FAILED = 1
-#: Exit status of `--wait`/`watch` when the job stopped to ask for input.
+#: Exit status of `--wait`, `watch` and `status` when the job stopped to ask for input.
 EXIT_INPUT_REQUIRED = 3
+
+
+def exit_status(job: Job) -> int:
+    """How a job's state reads as an exit status; every command that shows one job uses it."""
+    if job.status in ("failed", "cancelled"):
+        return EXIT_JOB_FAILED
+    if job.status == "input_required":
+        return EXIT_INPUT_REQUIRED
+    return 0
 
 
 def _out() -> Console:
@@ -96,12 +105,10 @@ def _coerce(raw: str, schema: Mapping[str, Any] | None) -> Any:
     if kind == "string":
         return raw
     if kind == "boolean":
-        lowered = raw.lower()
-        if lowered in ("true", "yes", "1", "on"):
-            return True
-        if lowered in ("false", "no", "0", "off"):
-            return False
-        raise click.BadParameter(f"{raw!r} is not a boolean")
+        # Exactly what the API takes: a looser spelling here would answer a question the server refuses.
+        if raw in ("true", "false"):
+            return raw == "true"
+        raise click.BadParameter(f"{raw!r} is not a boolean: use true or false")
     try:
         return json.loads(raw)
     except ValueError:
@@ -159,13 +166,12 @@ def finish(job: Job) -> None:
             fields = ", ".join((params.get("requestedSchema") or {}).get("properties", {}))
             err.print(f"  {key}: {params.get('message', '')}  fields: {fields}")
         err.print(f"Answer with: tasks-backend answer {job.id} field=value ...")
-        raise SystemExit(EXIT_INPUT_REQUIRED)
-    if job.status == "failed":
+    elif job.status == "failed":
         err.print(f"[red]Job {job.id} failed:[/] {(job.error or {}).get('message', 'no message')}")
     else:
         note = f": {job.status_message}" if job.status_message else ""
         err.print(f"[red]Job {job.id} is {job.status}[/]{note}")
-    raise SystemExit(EXIT_JOB_FAILED)
+    raise SystemExit(exit_status(job) or EXIT_JOB_FAILED)  # still working here: the wait gave up
 
 
 def _handle_table(job: Job) -> Table:
@@ -209,17 +215,23 @@ def submit(client: Client, operation: str, params: tuple[str, ...], wait_: bool,
 @click.option("--json", "as_json", is_flag=True, help="print the handle as JSON")
 @server_options
 def status(client: Client, job_id: str, as_json: bool) -> None:
-    """Show a job's handle, and its result, error or open input requests."""
+    """Show a job's handle, and its result, error or open input requests.
+
+    Exits 0 while the job works or once it completed, 1 if it failed or was cancelled, 3 if it waits
+    for input (as `--wait` and `watch` do)."""
     job = client.get(job_id)
     if as_json:
         _echo_json(job.raw)
-        return
-    out = _out()
-    out.print(_handle_table(job))
-    for name, value in (("result", job.result), ("error", job.error), ("inputRequests", job.input_requests)):
-        if value is not None:
-            out.print(f"[bold]{name}[/]")
-            out.print_json(json.dumps(value))
+    else:
+        out = _out()
+        out.print(_handle_table(job))
+        for name, value in (("result", job.result), ("error", job.error),
+                            ("inputRequests", job.input_requests)):
+            if value is not None:
+                out.print(f"[bold]{name}[/]")
+                out.print_json(json.dumps(value))
+    if exit_status(job):
+        raise SystemExit(exit_status(job))
 
 
 @click.command()
@@ -252,14 +264,27 @@ def list_jobs(client: Client, status_: str | None, limit: int, cursor: str | Non
     if as_json:
         _echo_json({"jobs": [j.raw for j in page.jobs], "nextCursor": page.next_cursor})
         return
-    table = Table(Column("taskId", no_wrap=True, min_width=36), "operation", "status", "statusMessage",
-                  "lastUpdatedAt")
-    for job in page.jobs:
-        table.add_row(job.id, job.operation or "", job.status, job.status_message or "", job.last_updated_at)
+    rows = [(job.id, job.operation or "", job.status, job.status_message or "", job.last_updated_at)
+            for job in page.jobs]
+    header = ("taskId", "operation", "status", "statusMessage", "lastUpdatedAt")
+    more = f"More: tasks-backend list --cursor {page.next_cursor}" if page.next_cursor else ""
+    if not _out().is_terminal:
+        # Piped: whole values, one job a line, tab-separated, for cut/awk (a table would be cut to fit).
+        for row in (header, *rows):
+            click.echo("\t".join(" ".join(value.split()) for value in row))
+        if more:
+            click.echo(more, err=True)
+        return
+    # Ids, names and states are never cut; only the free-text message gives way to a narrow terminal.
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
+    table = Table(*(Column(name, no_wrap=True, min_width=w) for name, w in zip(header, widths, strict=False)),
+                  Column("statusMessage", overflow="ellipsis", ratio=1), Column("lastUpdatedAt", no_wrap=True))
+    for row in rows:
+        table.add_row(*row)
     out = _out()
     out.print(table)
-    if page.next_cursor:
-        out.print(f"More: tasks-backend list --cursor {page.next_cursor}")
+    if more:
+        out.print(more)
 
 
 @click.command()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -39,9 +40,9 @@ def cli(live_url: str, user: tuple[str, str]) -> Any:
     runner = CliRunner()
     env = {"TASKS_BACKEND_URL": live_url, "TASKS_BACKEND_TOKEN": user[1], "LOG_FORMAT": "json"}
 
-    def invoke(*args: str, expect: int = 0) -> Result:
+    def invoke(*args: str, expect: int | None = 0) -> Result:
         result = runner.invoke(main, list(args), env=env, catch_exceptions=False)
-        assert result.exit_code == expect, (result.stdout, result.stderr)
+        assert expect is None or result.exit_code == expect, (result.stdout, result.stderr)
         return result
 
     return invoke
@@ -69,8 +70,13 @@ def test_submit_then_status_list_and_watch(worker: Any, cli: Any) -> None:
 def test_params_are_typed_by_the_schema(cli: Any) -> None:
     schema = {"properties": {"order_id": {"type": "string"}, "amount": {"type": "number"},
                              "ok": {"type": "boolean"}}}
-    assert parse_pairs(["order_id=123", "amount=9.5", "ok=yes", "extra=[1,2]", "word=hi"], schema) == {
+    assert parse_pairs(["order_id=123", "amount=9.5", "ok=true", "extra=[1,2]", "word=hi"], schema) == {
         "order_id": "123", "amount": 9.5, "ok": True, "extra": [1, 2], "word": "hi"}
+    assert parse_pairs(["ok=false"], schema) == {"ok": False}
+    # The API takes JSON booleans only; the CLI must not answer "yes" for a caller who typed something else.
+    for loose in ("yes", "1", "on", "True"):
+        with pytest.raises(click.BadParameter, match="use true or false"):
+            parse_pairs([f"ok={loose}"], schema)
     bad = cli("submit", "demo.export", "rows=many", expect=2)
     assert "not a valid integer" in bad.stderr
     unknown = cli("submit", "no.such", expect=2)
@@ -93,11 +99,32 @@ def test_cancel_and_a_failed_job(worker: Any, cli: Any, tmp_path: Path) -> None:
     job_id = cli("submit", "test.spin", f"ledger={ledger}").stdout.strip()
     wait_until(ledger.exists, 30, message="the job to start")
     assert "Cancel requested" in cli("cancel", job_id).stderr
-    wait_until(lambda: json.loads(cli("status", job_id, "--json").stdout)["status"] == "cancelled", 30,
-               message="the job to stop")
+    wait_until(lambda: json.loads(cli("status", job_id, "--json", expect=None).stdout)["status"] == "cancelled",
+               30, message="the job to stop")
+    assert "cancelled" in cli("status", job_id, expect=1).stdout
     assert "already finished" in cli("cancel", job_id, expect=1).stderr
     failed = cli("submit", "demo.fail", "message=no luck", "--wait", expect=1)
     assert "no luck" in failed.stderr
+
+
+def test_status_exit_codes_match_watch(worker: Any, cli: Any) -> None:
+    parked = cli("submit", "demo.refund", "order_id=78", "amount=5", "--wait", expect=EXIT_INPUT_REQUIRED)
+    job_id = parked.stderr.split("tasks-backend answer ")[1].split()[0]
+    assert "input_required" in cli("status", job_id, expect=EXIT_INPUT_REQUIRED).stdout
+    cli("status", job_id, "--json", expect=EXIT_INPUT_REQUIRED)
+    cli("watch", job_id, expect=EXIT_INPUT_REQUIRED)
+    cli("answer", job_id, "approved=true", "--wait")
+    cli("status", job_id, expect=0)
+
+
+def test_list_piped_keeps_whole_values(worker: Any, cli: Any) -> None:
+    parked = cli("submit", "demo.refund", "order_id=79", "amount=5", "--wait", expect=EXIT_INPUT_REQUIRED)
+    job_id = parked.stderr.split("tasks-backend answer ")[1].split()[0]
+    lines = cli("list", "--limit", "5").stdout.splitlines()
+    assert lines[0].split("\t") == ["taskId", "operation", "status", "statusMessage", "lastUpdatedAt"]
+    row = next(line.split("\t") for line in lines if line.startswith(job_id))
+    assert row[1:3] == ["demo.refund", "input_required"]
+    assert row[3] == "Approve a refund of 5.00 for order 79?"
 
 
 def test_operations_lists_schemas(cli: Any) -> None:
