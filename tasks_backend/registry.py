@@ -104,7 +104,7 @@ class Registry:
     def from_modules(cls, modules: Iterable[str]) -> Registry:
         specs: list[JobSpec] = []
         for module_name in modules:
-            module = importlib.import_module(module_name)
+            module = _import_jobs(module_name)
             specs.extend(getattr(obj, _MARK) for obj in vars(module).values() if hasattr(obj, _MARK))
         return cls(specs)
 
@@ -135,3 +135,21 @@ class Registry:
             assert self._plugin.converter is not None
             self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
         return self._schemas[name]
+
+
+class JobModuleNotFound(ImportError):
+    """A module named in `TASKS_BACKEND_JOBS` cannot be imported; the message says how to fix that."""
+
+
+def _import_jobs(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise JobModuleNotFound(
+                f"TASKS_BACKEND_JOBS names {module_name!r}, which cannot be imported ({exc}). Name modules as "
+                "Python imports them, comma-separated, with their folder on PYTHONPATH; the setting replaces "
+                "the demo jobs, so add tasks_backend.demo to keep them.", name=module_name) from exc
+        raise JobModuleNotFound(f"Importing the job module {module_name!r} failed: {exc}. Install what it "
+                                "imports in the environment that runs tasks-backend.", name=missing) from exc
