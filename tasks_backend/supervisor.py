@@ -96,7 +96,7 @@ class Supervisor:
             if now - child.started_at >= self.stable_after_s:
                 child.delay_s = self.first_delay_s  # it had stayed up: this is a new failure, not a loop
             child.restart_at = now + child.delay_s
-            log.warning("%s (pid %d) exited with %s after %.1fs; restarting it in %.0fs", child.name,
+            log.warning("%s (pid %d) exited with %s after %.1fs; restarting it in %gs", child.name,
                         child.proc.pid, describe(child.proc.returncode), now - child.started_at, child.delay_s)
             child.delay_s = min(child.delay_s * 2, self.max_delay_s)
 

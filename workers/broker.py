@@ -31,7 +31,7 @@ from kombu.transport import redis as kombu_redis
 
 class Channel(kombu_redis.Channel):  # type: ignore[misc]
     def _connparams(self, asynchronous: bool = False) -> Any:
-        if self.connection.client is None:
+        if self.connection is None or self.connection.client is None:  # closed, or its transport let go
             raise redis.ConnectionError("the broker connection was closed after a connection error")
         return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
 
