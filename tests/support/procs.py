@@ -125,7 +125,8 @@ def service_pids(launcher: int) -> dict[str, int]:
     for _ in range(4):
         below = []
         for pid in level:
-            words = {Path(word).name for word in _cmdline(pid)}
+            # Split on spaces too: redis-server rewrites its command line as one "path host:port" string.
+            words = {Path(word).name for arg in _cmdline(pid) for word in arg.split()}
             name = next((service for word, service in SERVICES.items() if word in words), None)
             if name:
                 out.setdefault(name, pid)
