@@ -27,7 +27,8 @@ def test_only_the_worker_app_uses_it(redis_base: str) -> None:
 def test_a_channel_whose_connection_was_collected_raises_a_connection_error(redis_base: str, consumer: bool) -> None:
     """Celery collects the connection on a connection error, then closes it; the close restores unacked
     messages, which needs a connection. Raise what Celery ignores before it reconnects, not an
-    AttributeError that stops the worker (as kombu's own transport does: the second case)."""
+    AttributeError that stops the worker (as kombu's own transport does: the second case; when that case
+    fails, kombu has fixed it and workers/broker.py can go)."""
     app = create_celery(make_settings(redis_base), consumer=consumer)
     with app.connection_for_read() as conn:
         channel = conn.default_channel
