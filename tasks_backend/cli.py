@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import click
 
 from .cli_client import register_client_commands
-from .embedded import EmbeddedRedis, free_port
+from .embedded import EmbeddedRedis, die_with_parent, free_port
 from .logs import configure_logging
+from .supervisor import Supervisor
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,7 +55,7 @@ def worker(ctx: click.Context) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`)."""
     from workers.main import start_worker
 
-    start_worker(ctx.args)
+    sys.exit(start_worker(ctx.args))
 
 
 @main.command()
@@ -104,16 +105,26 @@ def run(data_dir: str) -> None:
     port = env.setdefault("PORT", "8000")
     flower_port = env.setdefault("FLOWER_PORT", "5555")
 
-    procs = {
-        "web": subprocess.Popen(_python("web", "--bind", f"127.0.0.1:{port}"), env=env),
-        "worker": subprocess.Popen(_python("worker", "--concurrency", "2"), env=env),
-        "sweeper": subprocess.Popen(_python("sweeper"), env=env),
-        "flower": subprocess.Popen(_python("flower", "--address=127.0.0.1"), env=env),
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    if redis_server is not None:
+        assert redis_server.process is not None
+        supervisor.add("redis", redis_server.spawn, redis_server.process, stop_last=True)
+    commands = {
+        "web": _python("web", "--bind", f"127.0.0.1:{port}"),
+        "worker": _python("worker", "--concurrency", "2"),
+        "sweeper": _python("sweeper"),
+        "flower": _python("flower", "--address=127.0.0.1"),
     }
+    for name, argv in commands.items():
+        supervisor.add(name, functools.partial(_spawn, argv, env))
     _banner(port, flower_port, token, env["FLOWER_BASIC_AUTH"], redis_server)
-    _supervise(procs)
-    if redis_server:
-        redis_server.stop()
+    supervisor.run()
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # A `run` that is killed outright takes its children with it (Linux), as it does the embedded Redis.
+    return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
 
 
 def _banner(port: str, flower_port: str, token: str | None, flower_auth: str, server: EmbeddedRedis | None) -> None:
@@ -133,31 +144,6 @@ def _banner(port: str, flower_port: str, token: str | None, flower_auth: str, se
         "",
     ]
     click.echo("\n".join(lines))
-
-
-def _supervise(procs: dict[str, subprocess.Popen[bytes]]) -> None:
-    stopping = threading.Event()
-
-    def stop(*_: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not stopping.is_set():
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                click.echo(f"{name} exited with {proc.returncode}; stopping", err=True)
-                stopping.set()
-        stopping.wait(0.5)
-    for proc in procs.values():
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    for proc in procs.values():
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 register_client_commands(main)

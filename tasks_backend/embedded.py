@@ -35,7 +35,7 @@ def redis_server_binary() -> str:
     return found
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: on Linux, ask for SIGTERM when the process that started us dies, so a
     killed `tasks-backend run` or test session leaves no Redis behind (Redis saves its AOF on SIGTERM).
     Linux sends it when the starting *thread* ends: start the server from a thread that outlives it."""
@@ -64,14 +64,9 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
-        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir,
-                "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
-                "--maxmemory-policy", "noeviction", "--protected-mode", "yes", "--daemonize", "no",
-                # Job event feeds are short streams: see docker-compose.yml.
-                "--stream-node-max-bytes", "1024",
-                "--logfile", str(Path(self.data_dir) / "redis.log")]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        preexec_fn=_die_with_parent)
+        """Start the server and wait until it answers."""
+        self.spawn()
+        assert self.process is not None
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -82,6 +77,18 @@ class EmbeddedRedis:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start; see {self.data_dir}/redis.log") from None
                 time.sleep(0.02)
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the server on the same port and data directory (its AOF), without waiting for it."""
+        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir,
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
+                "--maxmemory-policy", "noeviction", "--protected-mode", "yes", "--daemonize", "no",
+                # Job event feeds are short streams: see docker-compose.yml.
+                "--stream-node-max-bytes", "1024",
+                "--logfile", str(Path(self.data_dir) / "redis.log")]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        preexec_fn=die_with_parent)
+        return self.process
 
     def stop(self, *, kill: bool = False) -> None:
         if self.process and self.process.poll() is None:

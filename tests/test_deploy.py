@@ -3,6 +3,8 @@ and the compose file parsed and checked (and validated by `docker compose config
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -11,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,13 @@ import httpx
 import pytest
 import yaml
 
+from tasks_backend import Principal
 from tasks_backend.client import Client
-from tasks_backend.embedded import free_port
+from tasks_backend.domain import JobState
+from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.runtime import build_runtime
 from tests.conftest import make_settings, wait_until
-from tests.support.procs import settings_env, wait_for_http
+from tests.support.procs import alive, service_pids, settings_env, wait_for_http
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_SERVICES = {"web", "worker", "sweeper", "flower"}
@@ -166,3 +172,123 @@ def test_docker_compose_accepts_the_file() -> None:
     proc = subprocess.run(["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- a Redis restart under both launchers --------------------------------------------------------
+class Launcher:
+    """`tasks-backend run` or `honcho start` on the Procfile, with its own queue and key prefix."""
+
+    def __init__(self, name: str, redis_base: str, tmp: Path) -> None:
+        self.name, self.token = name, secrets.token_urlsafe(24)
+        self.port, self.flower_port = free_port(), free_port()
+        venv_bin = str(Path(sys.executable).parent)
+        settings = make_settings(redis_base, lease_s=3.0, sweep_interval_s=0.5)
+        self.runtime = build_runtime(settings)
+        env = settings_env(settings, TASKS_BACKEND_TOKENS=f"ops:{self.token}", FLOWER_PORT=str(self.flower_port),
+                          FLOWER_BASIC_AUTH=f"ops:{secrets.token_urlsafe(12)}", PORT=str(self.port),
+                          WEB_CONCURRENCY="1", PYTHONUNBUFFERED="1", LOG_FORMAT="text",
+                          PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
+        if name == "run":
+            argv = [sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir", str(tmp / "unused")]
+        else:  # the Procfile's own worker concurrency (2): a free pool slot while a job runs
+            argv = [os.path.join(venv_bin, "honcho"), "--no-colour", "-f", str(ROOT / "Procfile"), "start",
+                    "-p", str(self.port)]
+        self.log = tmp / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.headers = {"Authorization": f"Bearer {self.token}"}
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, self.tail()
+        return _answers(f"{self.url}/readyz") and _answers(f"http://127.0.0.1:{self.flower_port}/healthcheck")
+
+    def services(self) -> dict[str, int]:
+        return service_pids(self.proc.pid)
+
+    def submit(self, seconds: float) -> str:
+        reply = httpx.post(f"{self.url}/v1/jobs", json={"operation": "demo.sleep", "params": {"seconds": seconds}},
+                           headers=self.headers, timeout=10)
+        assert reply.status_code == 202, reply.text
+        return str(reply.json()["taskId"])
+
+    def status(self, job_id: str) -> str | None:
+        try:
+            reply = httpx.get(f"{self.url}/v1/jobs/{job_id}", headers=self.headers, timeout=5)
+        except httpx.TransportError:
+            return None
+        return str(reply.json()["status"]) if reply.status_code == 200 else None
+
+    def running(self, job_id: str) -> bool:
+        return self.runtime.service.get(Principal("ops"), job_id).state is JobState.RUNNING
+
+    def wait_for(self, job_id: str, timeout: float, what: str) -> None:
+        wait_until(lambda: self.status(job_id) == "completed", timeout, interval=0.2, message=f"{self.name}: {what}")
+
+    def tail(self) -> str:
+        return f"--- {self.name}\n{self.log.read_text(errors='replace')[-6000:]}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=3).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(360)
+def test_redis_down_for_ten_seconds_leaves_every_process_up(tmp_path: Path) -> None:
+    """Redis (AOF on) stops for 10 s with a job running, under `tasks-backend run` and under the Procfile
+    at once: a minute after it is back every process is still the one started before, and new jobs run."""
+    data = tmp_path / "redis"
+    data.mkdir()
+    server = EmbeddedRedis(appendonly=True, data_dir=str(data)).start()
+    launchers = [Launcher(name, f"redis://127.0.0.1:{server.port}", tmp_path) for name in ("run", "procfile")]
+    try:
+        for launcher in launchers:
+            wait_until(launcher.ready, 120, interval=0.5, message=f"{launcher.name}: web and Flower")
+        before = {launcher.name: launcher.services() for launcher in launchers}
+        for launcher in launchers:
+            assert set(before[launcher.name]) == {"web", "worker", "sweeper", "flower"}, before
+        running = {launcher.name: launcher.submit(20) for launcher in launchers}
+        for launcher in launchers:
+            wait_until(functools.partial(launcher.running, running[launcher.name]), 30, interval=0.2,
+                       message=f"{launcher.name}: the job to run")
+
+        server.stop()
+        time.sleep(10)  # the outage itself, not a wait for something to happen
+        server.start()
+
+        def still_up() -> list[str]:
+            return [f"{launcher.name}: {name} (pid {pid})" for launcher in launchers
+                    for name, pid in before[launcher.name].items() if not alive(pid)]
+
+        back = time.monotonic()
+        while time.monotonic() - back < 60:  # a minute of watching: any exit fails at once
+            assert all(launcher.proc.poll() is None for launcher in launchers) and not still_up(), still_up()
+            time.sleep(1)
+        for launcher in launchers:
+            assert launcher.proc.poll() is None, launcher.tail()
+            assert launcher.services() == before[launcher.name]
+            assert launcher.ready()
+            launcher.wait_for(launcher.submit(0.1), 60, "a new job after the restart")
+            launcher.wait_for(running[launcher.name], 90, "the job that was running")
+        assert "restarting it in" not in launchers[0].log.read_text()  # nothing needed the supervisor
+    except BaseException:
+        for launcher in launchers:
+            print(launcher.tail())
+        raise
+    finally:
+        for launcher in launchers:
+            launcher.stop()
+        server.stop()

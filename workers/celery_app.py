@@ -12,6 +12,7 @@ from tasks_backend.config import Settings
 from tasks_backend.dispatch import RUN_TASK, celery_config
 from tasks_backend.runtime import Runtime, build_runtime
 
+from .broker import worker_transport
 from .flower import JobFailedOutcome, celery_outcome
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,8 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
     settings = settings or Settings.from_env()
     app = Celery("tasks_backend", set_as_current=False)
     app.conf.update(celery_config(settings, consumer=consumer))
+    if consumer and (transport := worker_transport(settings.effective_broker_url)):
+        app.conf.broker_transport = transport  # a lost broker is reconnected to, not fatal: see broker.py
     lock = threading.Lock()
     holder: dict[str, Runtime] = {}
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from celery import signals
 
 from tasks_backend.config import Settings
 
@@ -11,11 +14,23 @@ from . import push
 from .celery_app import create_celery
 
 
-def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
+def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> int:
+    """Run a worker until it stops; return its exit status (non-zero when it gave up, e.g. on the broker)."""
     settings = settings or Settings.from_env()
     app = create_celery(settings)
     push.install(app, settings)
+    # `app.worker_main` (and `app.start`) drop the worker's exit status: a worker that gave up (broker
+    # retries exhausted, an unrecoverable error) would exit 0, and a supervisor that restarts on failure
+    # only (systemd's Restart=on-failure) would never bring it back. Read it from the worker itself.
+    started: list[Any] = []
+
+    def keep(sender: Any, **_: Any) -> None:
+        if sender.app is app:
+            started.append(sender)
+
+    signals.worker_init.connect(keep, weak=False)
     app.worker_main(["worker", "-Q", settings.queue, "--loglevel=INFO", *argv])
+    return int(started[0].exitcode or 0) if started else 0  # not started: only printed help
 
 
 def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
@@ -24,4 +39,4 @@ def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> 
 
 
 if __name__ == "__main__":
-    start_worker(sys.argv[1:])
+    sys.exit(start_worker(sys.argv[1:]))

@@ -85,6 +85,57 @@ def sweeper_process(settings: Settings, log: Path) -> Proc:
     return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings), log)
 
 
+SERVICES = {"gunicorn": "web", "worker": "worker", "sweeper": "sweeper", "flower": "flower", "redis-server": "redis"}
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of a live process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def child_pids(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) and stat[1] == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+def service_pids(launcher: int) -> dict[str, int]:
+    """The processes a launcher (`tasks-backend run`, honcho) started, by service name, looking through
+    what stands between (honcho's forked manager and the shell it runs each command in). Linux only."""
+    out: dict[str, int] = {}
+    level = child_pids(launcher)
+    for _ in range(4):
+        below = []
+        for pid in level:
+            # Split on spaces too: redis-server rewrites its command line as one "path host:port" string.
+            words = {Path(word).name for arg in _cmdline(pid) for word in arg.split()}
+            name = next((service for word, service in SERVICES.items() if word in words), None)
+            if name:
+                out.setdefault(name, pid)
+            else:
+                below += child_pids(pid)
+        level = below
+    return out
+
+
 def wait_for_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str) -> None:
     """Wait until `url` answers 200, failing at once (with the log's tail) if `proc` exits first."""
     def up() -> bool:

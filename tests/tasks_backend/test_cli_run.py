@@ -13,10 +13,11 @@ import httpx
 
 from tasks_backend.embedded import free_port
 from tests.conftest import wait_until
-from tests.support.procs import ROOT, wait_for_http
+from tests.support.procs import ROOT, service_pids, wait_for_http
 
 
 def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
+    """... and keeps serving when a process dies, the embedded Redis included; SIGTERM stops them all."""
     port, flower_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("TASKS_BACKEND_", "FLOWER_", "REDIS_URL", "CELERY_BROKER_URL"))}
@@ -40,6 +41,22 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
                    interval=0.2, message="the demo job to complete")
         assert httpx.get(location + "/result", headers=headers, timeout=5).json() == {"slept": 0.2}
         assert httpx.get(f"http://127.0.0.1:{flower_port}/api/tasks", timeout=5).status_code == 401
+
+        # A child that dies is started again, the embedded Redis too: on its port, with its data (AOF).
+        aof = tmp_path / "data" / "redis"
+        wait_until(lambda: any(location.rsplit("/", 1)[-1].encode() in f.read_bytes() for f in aof.rglob("*.aof*")),
+                   10, message="the job in the AOF")
+        for name in ("worker", "redis"):
+            pid = service_pids(proc.pid)[name]
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda name=name, pid=pid: re.search(
+                rf"{name} \(pid {pid}\) exited with signal SIGKILL after [\d.]+s; restarting it in 1s.*\n"
+                rf"(.*\n)*.*{name} restarted \(pid \d+", log.read_text()), 30, message=f"{name} to be restarted")
+            wait_until(lambda: _get(location, headers) == "completed", 30, message="the job, still there")
+            again = httpx.post(f"{base}/v1/jobs", json={"operation": "demo.sleep", "params": {"seconds": 0}},
+                               headers=headers, timeout=10).headers["Location"]
+            wait_until(lambda again=again: _get(base + again, headers) == "completed", 60, interval=0.2,
+                       message=f"a new job after {name} was restarted")
     finally:
         proc.send_signal(signal.SIGTERM)  # as Ctrl-C would: the supervisor stops everything it started
         try:
@@ -51,6 +68,14 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert not leftovers, "processes outlived `tasks-backend run`"
     assert (tmp_path / "data" / "redis").is_dir()
+
+
+def _get(url: str, headers: dict[str, str]) -> str | None:
+    try:
+        reply = httpx.get(url, headers=headers, timeout=5)
+    except httpx.TransportError:
+        return None
+    return str(reply.json()["status"]) if reply.status_code == 200 else None
 
 
 def _group_alive(pgid: int) -> bool:

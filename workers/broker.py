@@ -1,0 +1,48 @@
+"""The worker's Redis broker transport: kombu's, except that a lost broker stays a connection error.
+
+When the broker goes away while the worker is waiting on a BRPOP (the usual state of a worker with a
+free pool slot), Celery reacts to the connection error by collecting the connection and then closing
+it (`Consumer.on_connection_error_after_connected`). With kombu's Redis transport that goes wrong:
+
+1. `Connection.collect()` closes the channel; `Channel.close()` first reads the pending BRPOP reply,
+   the read fails on the dead socket, and the close stops there, the channel not marked closed.
+2. `collect()` then detaches the transport from the connection (`transport.client = None`).
+3. Celery's `connection.close()` closes the same channel again; this time it gets as far as restoring
+   unacknowledged messages, which builds a connection pool from `self.connection.client`, now None:
+   `AttributeError: 'NoneType' object has no attribute 'hostname'`.
+
+Celery only ignores connection errors there, so the AttributeError escapes the consumer, the worker
+logs "Unrecoverable error" and shuts down instead of reconnecting (and its last ack, at shutdown,
+fails the same way: "Error on stopping Hub"). Here a channel whose connection is gone raises the
+connection error it is, which Celery ignores before it reconnects and carries on consuming.
+
+Only the worker uses this transport, and only for `redis://` broker URLs: with an explicit transport
+class kombu reads TLS settings from the URL's query alone, so `rediss://` keeps kombu's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from kombu.transport import redis as kombu_redis
+
+
+class Channel(kombu_redis.Channel):  # type: ignore[misc]
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or self.connection.client is None:  # closed, or its transport let go
+            raise redis.ConnectionError("the broker connection was closed after a connection error")
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
+
+
+class Transport(kombu_redis.Transport):  # type: ignore[misc]
+    Channel = Channel
+
+
+TRANSPORT = f"{__name__}:Transport"
+
+
+def worker_transport(broker_url: str) -> str | None:
+    """The `broker_transport` setting for a worker: ours for plain Redis, kombu's choice otherwise."""
+    return TRANSPORT if urlsplit(broker_url).scheme == "redis" else None
