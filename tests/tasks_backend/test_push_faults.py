@@ -1,0 +1,309 @@
+"""Push delivery under faults: an expired feed, configs that cannot be sent, receivers that dribble,
+never answer or answer garbage, cursors saved while their keys vanish. Real Redis, a real worker,
+real sockets on loopback."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobRecord
+from tasks_backend.errors import InvalidParams
+from tasks_backend.push import PushStore, normalize_config, post_event
+from tasks_backend.runtime import Runtime
+from tests.conftest import wait_until
+from tests.tasks_backend.test_push import Receiver
+from workers.push import PushDeliverer
+
+ALICE, BOB = Principal("alice"), Principal("bob")
+
+
+class RawReceiver:
+    """A TCP server on loopback that answers each connection with `behaviour`:
+
+    - "silent": never accepts (the kernel completes the handshake; nothing is ever read or written);
+    - "dribble": a status line and then headers, one byte every 0.2 s, for up to a minute;
+    - "garbage": a line that is not an HTTP status line, then close.
+    """
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.stopped = threading.Event()
+        self.connections = 0
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        if behaviour != "silent":
+            threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                if self.behaviour == "garbage":
+                    conn.sendall(b"SURPRISE\r\n\r\n")
+                    return
+                payload = b"HTTP/1.1 200 OK\r\n" + b"X-Slow: yes\r\n" * 1000
+                for byte in payload:
+                    if self.stopped.wait(0.2):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_receivers() -> Iterator[list[RawReceiver]]:
+    made: list[RawReceiver] = []
+    yield made
+    for r in made:
+        r.close()
+
+
+def _job(runtime: Runtime, principal: Principal = ALICE, operation: str = "test.noop",
+         params: dict[str, Any] | None = None) -> JobRecord:
+    record, _ = runtime.service.submit(principal, operation, params or {})
+    return record
+
+
+def _put(runtime: Runtime, record: JobRecord, config: dict[str, Any]) -> None:
+    """Store a config as it stands (validation bypassed: as one stored before it was validated)."""
+    PushStore(runtime.store).put(record, {"id": record.id, "taskId": record.id, **config}, after="0-0",
+                                 now_ms=record.created_ms)
+
+
+def _finished(runtime: Runtime, record: JobRecord) -> None:
+    wait_until(lambda: runtime.service.get(ALICE if record.owner == "alice" else BOB, record.id).terminal, 30,
+               message="the job to finish")
+
+
+def _redis_ms(runtime: Runtime) -> int:
+    seconds, micros = runtime.store.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _score(runtime: Runtime, job_id: str) -> float | None:
+    score: float | None = runtime.store.redis.zscore(runtime.store.keys.push_due(), job_id)
+    return score
+
+
+def _deliver_until(deliverer: PushDeliverer, done: Any, message: str, timeout: float = 30) -> None:
+    def step() -> bool:
+        deliverer.deliver_once()
+        return bool(done())
+
+    wait_until(step, timeout, interval=0.05, message=message)
+
+
+# -- (a) the final state outlives the feed ---------------------------------------------------------
+@pytest.mark.usefixtures("worker")
+def test_the_final_state_is_delivered_after_the_feed_expired(runtime: Runtime, settings: Settings) -> None:
+    receiver = Receiver(fail_first=10**6)
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
+    try:
+        record = _job(runtime)
+        _put(runtime, record, {"url": receiver.url})
+        _finished(runtime, record)
+        _deliver_until(deliverer, lambda: receiver.attempts >= 1, "a failed first attempt")
+        # The receiver comes back only after the feed is gone (it expires a minute after the end).
+        runtime.store.redis.delete(runtime.store.keys.events(record.id))
+        with receiver.lock:
+            receiver.fail_first = receiver.attempts
+        _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(), "the final state")
+        assert receiver.states() == ["TASK_STATE_COMPLETED"]  # what came before was given up
+        assert receiver.bodies()[0]["artifactUpdate"]["artifact"]["parts"] == [{"data": {"ok": True}}]
+        _deliver_until(deliverer, lambda: _score(runtime, record.id) is None, "the job to leave the due set")
+    finally:
+        receiver.close()
+        deliverer.close()
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_dead_receiver_is_given_up_without_polling_in_the_past(runtime: Runtime, settings: Settings) -> None:
+    receiver = Receiver(fail_first=10**6)
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True, push_max_attempts=3))
+    try:
+        record = _job(runtime)
+        _put(runtime, record, {"url": receiver.url})
+        _finished(runtime, record)
+        _deliver_until(deliverer, lambda: receiver.attempts >= 1, "a failed first attempt")
+        runtime.store.redis.delete(runtime.store.keys.events(record.id))
+        attempts_before = receiver.attempts
+
+        def step() -> bool:
+            started = _redis_ms(runtime)
+            deliverer.deliver_once()
+            score = _score(runtime, record.id)
+            # A job waiting for a retry is due when the retry is, never at a time already past.
+            assert score is None or score > started, (score, started)
+            return score is None
+
+        wait_until(step, 30, interval=0.05, message="delivery to give up and drop the job")
+        assert receiver.attempts > attempts_before  # the final state was tried from the record
+    finally:
+        receiver.close()
+        deliverer.close()
+
+
+# -- (b) one config's failure is its own -----------------------------------------------------------
+@pytest.mark.usefixtures("worker")
+def test_configs_that_cannot_be_sent_fail_alone(runtime: Runtime, settings: Settings,
+                                                raw_receivers: list[RawReceiver],
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    healthy, sink = Receiver(), Receiver()
+    garbage = RawReceiver("garbage")
+    raw_receivers.append(garbage)
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True, push_max_attempts=2))
+    broken = [
+        {"url": sink.url, "token": "snow-\u2603-secret"},  # not Latin-1: cannot be a header value
+        {"url": sink.url, "authentication": {"scheme": "Bearer", "credentials": "\u2603-secret"}},
+        {"url": sink.url.replace("/hook", "/a hook")},  # a space in the request line: InvalidURL
+        {"url": garbage.url},  # BadStatusLine
+    ]
+    try:
+        bad_jobs = [_job(runtime) for _ in broken]
+        for record, config in zip(bad_jobs, broken, strict=True):
+            _put(runtime, record, config)
+        good = _job(runtime, BOB)
+        _put(runtime, good, {"url": healthy.url})
+        for record in [*bad_jobs, good]:
+            _finished(runtime, record)
+        with caplog.at_level(logging.INFO, logger="workers.push"):
+            _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in healthy.states(), "the healthy receiver")
+            _deliver_until(deliverer, lambda: all(_score(runtime, r.id) is None for r in bad_jobs),
+                           "the broken configs to be given up")
+        assert not sink.calls
+        assert garbage.connections >= 2  # each attempt was made, then the event was given up on
+        pushes = [r for r in caplog.records if r.name == "workers.push"]
+        assert pushes and not any(r.exc_info for r in pushes)
+        text = "\n".join(r.getMessage() for r in pushes)
+        assert "secret" not in text and "hook" not in text
+    finally:
+        healthy.close()
+        sink.close()
+        deliverer.close()
+
+
+@pytest.mark.parametrize("config", [
+    {"url": "https://8.8.8.8/h", "token": "snow-\u2603"},
+    {"url": "https://8.8.8.8/h", "authentication": {"scheme": "Bearer", "credentials": "\u2603"}},
+    {"url": "https://8.8.8.8/h", "authentication": {"scheme": "B\u00e9arer", "credentials": "c"}},
+    {"url": "https://8.8.8.8/h", "token": "tab\there"},
+    {"url": "https://8.8.8.8/h", "token": "nul\x00"},
+    {"url": "https://8.8.8.8/a hook"},
+    {"url": "https://8.8.8.8/a\thook"},
+    {"url": "https://8.8.8.8/\x7f"},
+    {"url": "https://8.8.8.8/caf\u00e9"},
+    {"url": "https://8.8.8.8/h", "id": "\ud800"},
+])
+def test_configs_that_can_never_be_sent_are_refused_when_created(config: dict[str, Any]) -> None:
+    with pytest.raises(InvalidParams):
+        normalize_config(config, "job-1")
+
+
+def test_latin1_header_values_are_accepted() -> None:
+    config = normalize_config({"url": "https://8.8.8.8/h?a=%C3%A9", "token": "caf\u00e9"}, "job-1")
+    assert config["token"] == "caf\u00e9"
+
+
+# -- (c) a total deadline per POST, and slow receivers beside healthy ones --------------------------
+def test_a_post_ends_within_its_total_deadline(raw_receivers: list[RawReceiver]) -> None:
+    dribbler = RawReceiver("dribble")
+    raw_receivers.append(dribbler)
+    outcome: list[BaseException | int] = []
+
+    def post() -> None:
+        try:
+            outcome.append(post_event({"url": dribbler.url}, {}, allow_private=True, timeout_s=1.0))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    started = time.monotonic()
+    threading.Thread(target=post, daemon=True).start()
+    wait_until(lambda: outcome, 15, message="the POST to end")
+    assert isinstance(outcome[0], TimeoutError)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.usefixtures("worker")
+def test_slow_receivers_do_not_delay_healthy_ones(runtime: Runtime, settings: Settings,
+                                                  raw_receivers: list[RawReceiver]) -> None:
+    slow = [RawReceiver("silent") for _ in range(5)] + [RawReceiver("dribble"), RawReceiver("garbage")]
+    raw_receivers.extend(slow)
+    healthy = Receiver()
+    # A timeout far longer than the wait below: the healthy receiver must not queue behind the others.
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True, push_timeout_s=60))
+    stop = threading.Event()
+    loop = threading.Thread(target=deliverer.run_forever, args=(stop,), daemon=True)
+    try:
+        for receiver in slow:
+            record = _job(runtime)
+            _put(runtime, record, {"url": receiver.url})
+        good = _job(runtime, BOB, "demo.sleep", {"seconds": 0.6, "steps": 3})
+        _put(runtime, good, {"url": healthy.url})
+        loop.start()
+        wait_until(lambda: "TASK_STATE_COMPLETED" in healthy.states(), 30, message="the healthy receiver")
+        states = healthy.states()
+        assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
+        assert states.index("TASK_STATE_WORKING") < states.index("TASK_STATE_COMPLETED")
+    finally:
+        stop.set()
+        for receiver in slow:  # ends the POSTs still waiting on them
+            receiver.close()
+        if loop.ident is not None:
+            loop.join(30)
+        healthy.close()
+    assert not loop.is_alive()
+
+
+# -- (d) saved cursors keep their TTL ----------------------------------------------------------------
+@pytest.mark.usefixtures("worker")
+def test_no_push_key_is_left_without_a_ttl(runtime: Runtime, settings: Settings) -> None:
+    r, keys = runtime.store.redis, runtime.store.keys
+    record = _job(runtime)
+    vanish = threading.Event()
+    # The receiver deletes the cursors hash while the first POST is in flight, as an expiry racing a save would.
+    receiver = Receiver()
+    original = receiver.server.RequestHandlerClass.do_POST  # type: ignore[attr-defined]
+
+    def do_post(handler: Any) -> None:
+        if not vanish.is_set():
+            vanish.set()
+            r.delete(keys.push_cursors(record.id))
+        original(handler)
+
+    receiver.server.RequestHandlerClass.do_POST = do_post  # type: ignore[attr-defined]
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
+    try:
+        _put(runtime, record, {"url": receiver.url})
+        PushStore(runtime.store).set_context(record, "ctx")
+        _finished(runtime, record)
+        _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(), "the final state")
+        found = [k for k in r.scan_iter(f"{keys.prefix}:{{{record.id}}}:*")] + [keys.push_due()]
+        assert keys.push_configs(record.id) in found
+        for key in found:
+            if r.exists(key):
+                assert r.pttl(key) > 0, key
+    finally:
+        receiver.close()
+        deliverer.close()
