@@ -134,12 +134,14 @@ _COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible ::a.b.
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 
 
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address embeds or is translated to on the way (mapped, NAT64, 6to4...)."""
-    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    out = [low] if any(ip in net for net in (_NAT64, _SIIT, _COMPATIBLE)) else []
+def _reaches(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses a connection to `ip` may end up at: IPv4 ones it embeds or is translated to, and
+    itself unless it is only another way to write an IPv4 address (mapped, NAT64, IPv4-compatible)."""
     if ip.ipv4_mapped is not None:
-        out.append(ip.ipv4_mapped)
+        return [ip.ipv4_mapped]
+    if any(ip in net for net in (_NAT64, _SIIT, _COMPATIBLE)):
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
     if ip.sixtofour is not None:
         out.append(ip.sixtofour)
     if ip.teredo is not None:
@@ -153,7 +155,7 @@ def _allowed(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip in _NAT64_LOCAL:
             return False
-        candidates += _embedded_ipv4(ip)
+        candidates = _reaches(ip)
     # `is_global` is false for loopback, link-local, private, shared (CGNAT), reserved and unspecified
     # ranges; multicast is refused separately because some of it counts as global.
     return all(c.is_global and not c.is_multicast for c in candidates)
@@ -197,8 +199,7 @@ class _Deadline:
         self._fd = -1
         self._over = False
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
+        self._timer: threading.Timer | None = None
 
     def remaining(self) -> float:
         left = self.expires - time.monotonic()
@@ -225,6 +226,8 @@ class _Deadline:
                     sock.detach()
 
     def __enter__(self) -> _Deadline:
+        self._timer = threading.Timer(max(0.0, self.expires - time.monotonic()), self._fire)
+        self._timer.daemon = True
         self._timer.start()
         return self
 
@@ -232,7 +235,8 @@ class _Deadline:
                  tb: TracebackType | None) -> None:
         with self._lock:
             self._over = True
-        self._timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def post_event(config: dict[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float) -> int:

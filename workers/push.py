@@ -189,7 +189,14 @@ class PushDeliverer:
         clock = _Clock(now)
         passes = []
         for job_id in self.push.claim_many(due, token, self.lease_ms, now):
-            job_pass = _JobPass(self, self.push.read(job_id), token, clock)
+            try:
+                pending = self.push.read(job_id)
+            except ServiceUnavailable:
+                raise
+            except Exception as exc:  # unreadable data of one job: it is tried again after the lease
+                log.warning("push delivery for job %s skipped: %s", job_id, type(exc).__name__)
+                continue
+            job_pass = _JobPass(self, pending, token, clock)
             passes.append(job_pass)
             job_pass.start()
         return passes

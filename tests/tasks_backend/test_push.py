@@ -99,6 +99,7 @@ def test_guard_refuses_ipv6_forms_that_embed_or_translate_a_private_ipv4(url: st
     ("http://[2606:4700::1111]/", "2606:4700::1111"),
     ("http://[64:ff9b::8.8.8.8]/", "64:ff9b::808:808"),
     ("http://[2002:808:808::1]/", "2002:808:808::1"),
+    ("http://[::ffff:8.8.8.8]/", "::ffff:8.8.8.8"),
     ("https://[2a00:1450:4001:80b::200e]:8443/h", "2a00:1450:4001:80b::200e"),
 ])
 def test_guard_allows_global_ipv6_targets(url: str, address: str) -> None:
