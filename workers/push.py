@@ -32,8 +32,9 @@ from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.keys import Keys
-from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushStore, event_key, post_event
+from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushStore, event_key
 from tasks_backend.store import Event, RedisStore, connect
+from tasks_backend.webhook import post_event
 
 log = logging.getLogger(__name__)
 
