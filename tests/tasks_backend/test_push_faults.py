@@ -16,7 +16,7 @@ import pytest
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord
-from tasks_backend.push import PushStore, post_event
+from tasks_backend.push import Cursor, PushStore, post_event
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
 from tests.tasks_backend.test_push import Receiver
@@ -242,7 +242,9 @@ def test_slow_receivers_do_not_delay_healthy_ones(runtime: Runtime, settings: Se
         wait_until(lambda: "TASK_STATE_COMPLETED" in healthy.states(), 30, message="the healthy receiver")
         states = healthy.states()
         assert states[0] == "TASK_STATE_SUBMITTED" and states[-1] == "TASK_STATE_COMPLETED"
-        assert states.index("TASK_STATE_WORKING") < states.index("TASK_STATE_COMPLETED")
+        rank = {"TASK_STATE_SUBMITTED": 0, "TASK_STATE_WORKING": 1, "TASK_STATE_COMPLETED": 2}
+        assert "TASK_STATE_WORKING" in states
+        assert [rank[s] for s in states] == sorted(rank[s] for s in states)  # never an older state after a newer
     finally:
         stop.set()
         for receiver in slow:  # ends the POSTs still waiting on them
@@ -284,3 +286,53 @@ def test_no_push_key_is_left_without_a_ttl(runtime: Runtime, settings: Settings)
     finally:
         receiver.close()
         deliverer.close()
+
+
+# -- locks and cursor saves ------------------------------------------------------------------------
+def test_a_pass_that_lost_its_lock_saves_nothing_and_leaves_the_new_lock(runtime: Runtime) -> None:
+    r, push = runtime.store.redis, PushStore(runtime.store)
+    record = _job(runtime)
+    _put(runtime, record, {"url": "https://8.8.8.8/h"})
+    lock = runtime.store.keys.push_lock(record.id)
+    mine = push.try_claim(record.id, 5000)
+    assert mine is not None
+    pending = push.read(record.id)
+    r.delete(lock)  # the lock lapsed (a pass far over its budget) and another worker took the job
+    theirs = push.try_claim(record.id, 5000)
+    assert theirs is not None
+    push.finish(pending, mine, {record.id: Cursor(after="9-9")}, None)
+    assert push.cursors(record.id)[record.id].after == "0-0"
+    push.release(record.id, mine)
+    assert r.get(lock) == theirs
+    push.release(record.id, theirs)
+    assert not r.exists(lock)
+
+
+def test_a_config_replaced_or_deleted_during_a_pass_is_left_alone(runtime: Runtime) -> None:
+    r, push = runtime.store.redis, PushStore(runtime.store)
+    replaced, deleted = _job(runtime), _job(runtime)
+    for record in (replaced, deleted):
+        _put(runtime, record, {"url": "https://8.8.8.8/h"})
+    passes = {}
+    for record in (replaced, deleted):
+        token = push.try_claim(record.id, 5000)
+        assert token is not None
+        passes[record.id] = (push.read(record.id), token)
+    push.put(replaced, {"id": replaced.id, "taskId": replaced.id, "url": "https://1.1.1.1/h"}, after="5-5")
+    push.delete(deleted.id, deleted.id)
+    for record in (replaced, deleted):
+        pending, token = passes[record.id]
+        push.finish(pending, token, {record.id: Cursor(after="9-9", tag=pending.cursor(record.id).tag)}, None)
+    assert push.cursors(replaced.id)[replaced.id].after == "5-5"  # the replacement starts where it was put
+    assert _score(runtime, replaced.id) == 0  # and is due at once
+    assert not r.exists(runtime.store.keys.push_cursors(deleted.id))
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_config_put_on_a_finished_job_has_nothing_ahead(runtime: Runtime) -> None:
+    record = _job(runtime)
+    _finished(runtime, record)
+    finished = runtime.service.get(ALICE, record.id)
+    push = PushStore(runtime.store)
+    push.put(finished, {"id": "late", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
+    assert push.cursors(record.id)["late"].done
