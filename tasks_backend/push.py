@@ -107,14 +107,16 @@ return changed
 
 @dataclass(frozen=True)
 class Pending:
-    """What one delivery pass read of a job, in one snapshot: the feed after the oldest cursor, then
-    the record (so the record is at least as new as every event read) and the raw cursors (to save
-    them only if nobody changed them meanwhile)."""
+    """What one delivery pass read of a job, in one snapshot: the feed after the oldest cursor that is
+    `ready` (not done, no retry waiting), then the record (so the record is at least as new as every
+    event read) and the raw cursors (to save them only if nobody changed them meanwhile). `record` is
+    None when the job is gone or no config has anything left."""
 
     job_id: str
     record: JobRecord | None
     configs: dict[str, dict[str, Any]]
     cursors: dict[str, str]
+    ready: frozenset[str]
     context: str
     events: list[Event]
     feed_exists: bool
@@ -240,8 +242,8 @@ class PushStore:
         with redis_errors():
             self._release(keys=[self.keys.push_lock(job_id)], args=[token])
 
-    def read(self, job_id: str) -> Pending:
-        """The configs, cursors, feed and record of one job, as one pass needs them (two round trips)."""
+    def read(self, job_id: str, now_ms: int) -> Pending:
+        """The configs, cursors, feed and record of one job, as a pass at `now_ms` needs them."""
         k = self.keys
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
@@ -249,20 +251,26 @@ class PushStore:
             pipe.hgetall(k.push_cursors(job_id))
             raw_configs, cursors = pipe.execute()
             configs = {str(i): json.loads(v) for i, v in raw_configs.items()}
-            open_cursors = [Cursor.from_json(cursors[i]) if i in cursors else Cursor() for i in configs]
-            open_cursors = [c for c in open_cursors if not c.done]
+            open_cursors = {i: Cursor.from_json(cursors[i]) if i in cursors else Cursor() for i in configs}
+            open_cursors = {i: c for i, c in open_cursors.items() if not c.done}
+            ready = frozenset(i for i, c in open_cursors.items() if c.retry_at_ms <= now_ms)
             if not open_cursors:
-                return Pending(job_id, None, configs, cursors, job_id, [], False)
-            oldest = min((c.after for c in open_cursors), key=event_key)
+                return Pending(job_id, None, configs, cursors, ready, job_id, [], False)
             pipe = self.redis.pipeline(transaction=True)
-            pipe.xread({k.events(job_id): oldest}, count=FEED_BATCH)
+            if ready:
+                # Configs waiting for a retry are left out: read from where they stand, the batch
+                # might never reach the configs that are ahead of them.
+                pipe.xread({k.events(job_id): min((open_cursors[i].after for i in ready), key=event_key)},
+                           count=FEED_BATCH)
             pipe.exists(k.events(job_id))
             pipe.hgetall(k.job(job_id))
             pipe.get(k.a2a_context(job_id))
-            feed, exists, raw_job, context = pipe.execute()
+            replies = pipe.execute()
+        feed = replies.pop(0) if ready else None
+        exists, raw_job, context = replies
         entries = [e for _stream, rows in feed or [] for e in rows]
         record = JobRecord.from_hash(job_id, raw_job) if raw_job else None
-        return Pending(job_id, record, configs, cursors, context or job_id,
+        return Pending(job_id, record, configs, cursors, ready, context or job_id,
                        [_event(i, f) for i, f in entries], bool(exists))
 
     def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None) -> None:

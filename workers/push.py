@@ -80,13 +80,7 @@ class _JobPass:
 
     def start(self) -> int:
         """Submit the configs that have something to do now; returns how many were submitted."""
-        now = self.clock.now()
-        work = []
-        if self.pending.record is not None:
-            for config_id in self.pending.configs:
-                cursor = self.pending.cursor(config_id)
-                if not cursor.done and cursor.retry_at_ms <= now:
-                    work.append(config_id)
+        work = sorted(self.pending.ready) if self.pending.record is not None else []
         self._left = len(work)
         if not work:
             self._finish()
@@ -191,7 +185,7 @@ class PushDeliverer:
         passes = []
         for job_id in self.push.claim_many(due, token, self.lease_ms, now):
             try:
-                pending = self.push.read(job_id)
+                pending = self.push.read(job_id, now)
             except ServiceUnavailable:
                 raise
             except Exception as exc:  # unreadable data of one job: it is tried again after the lease

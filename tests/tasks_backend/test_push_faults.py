@@ -296,7 +296,7 @@ def test_a_pass_that_lost_its_lock_saves_nothing_and_leaves_the_new_lock(runtime
     lock = runtime.store.keys.push_lock(record.id)
     mine = push.try_claim(record.id, 5000)
     assert mine is not None
-    pending = push.read(record.id)
+    pending = push.read(record.id, 0)
     r.delete(lock)  # the lock lapsed (a pass far over its budget) and another worker took the job
     theirs = push.try_claim(record.id, 5000)
     assert theirs is not None
@@ -317,7 +317,7 @@ def test_a_config_replaced_or_deleted_during_a_pass_is_left_alone(runtime: Runti
     for record in (replaced, deleted):
         token = push.try_claim(record.id, 5000)
         assert token is not None
-        passes[record.id] = (push.read(record.id), token)
+        passes[record.id] = (push.read(record.id, 0), token)
     push.put(replaced, {"id": replaced.id, "taskId": replaced.id, "url": "https://1.1.1.1/h"}, after="5-5")
     push.delete(deleted.id, deleted.id)
     for record in (replaced, deleted):
