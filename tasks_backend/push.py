@@ -67,6 +67,15 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))}
 """
 
+# KEYS: lock. ARGV: token, ttl ms. Take the lock if it is free or already ours (a replay whose first
+# reply was lost must not lock its own caller out). Returns 1 when held by `token`.
+_CLAIM = r"""
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
 # KEYS: lock. ARGV: token. Compare-and-delete.
 _RELEASE = r"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -78,7 +87,7 @@ return 0
 # or replaced configs are left alone), gives the cursors the job's expiry, and releases the lock.
 # Returns -1 when another worker holds the lock (nothing written), 1 when a config was added, changed
 # or replaced during the pass (look again at once), else 0. Applied twice, the second run finds the
-# lock gone and every cursor already saved: it writes nothing.
+# lock gone and every cursor already saved: it writes nothing (and asks for one more, harmless, pass).
 _FINISH = r"""
 local lock = redis.call('GET', KEYS[4])
 if lock and lock ~= ARGV[1] then return -1 end
@@ -139,6 +148,7 @@ class PushStore:
         self.redis = store.redis
         self.keys = store.keys
         self._due = self.redis.register_script(_DUE)
+        self._claim = self.redis.register_script(_CLAIM)
         self._release = self.redis.register_script(_RELEASE)
         self._finish = self.redis.register_script(_FINISH)
 
@@ -220,8 +230,8 @@ class PushStore:
         with redis_errors():
             pipe = self.redis.pipeline(transaction=False)
             for job_id in job_ids:
-                pipe.set(self.keys.push_lock(job_id), token, nx=True, px=lease_ms)
-            won = [j for j, ok in zip(job_ids, pipe.execute(), strict=True) if ok]
+                self._claim(keys=[self.keys.push_lock(job_id)], args=[token, lease_ms], client=pipe)
+            won = [j for j, ok in zip(job_ids, pipe.execute(), strict=True) if ok == 1]
             if won:
                 self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
         return won
@@ -235,8 +245,8 @@ class PushStore:
         """A short exclusive claim on delivering one job's events, so two workers never both post."""
         token = uuid.uuid4().hex
         with redis_errors():
-            ok = self.redis.set(self.keys.push_lock(job_id), token, nx=True, px=ttl_ms)
-        return token if ok else None
+            ok = self._claim(keys=[self.keys.push_lock(job_id)], args=[token, ttl_ms])
+        return token if ok == 1 else None
 
     def release(self, job_id: str, token: str) -> None:
         with redis_errors():

@@ -336,3 +336,13 @@ def test_a_config_put_on_a_finished_job_has_nothing_ahead(runtime: Runtime) -> N
     push = PushStore(runtime.store)
     push.put(finished, {"id": "late", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
     assert push.cursors(record.id)["late"].done
+
+
+def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> None:
+    push, job_id = PushStore(runtime.store), f"job-{time.monotonic_ns()}"
+    assert push.claim_many([job_id], "mine", 5000, 0) == [job_id]
+    assert push.claim_many([job_id], "mine", 5000, 0) == [job_id]  # the same command again (a lost reply)
+    assert push.claim_many([job_id], "theirs", 5000, 0) == []
+    push.release(job_id, "mine")
+    assert push.claim_many([job_id], "theirs", 5000, 0) == [job_id]
+    push.release(job_id, "theirs")
