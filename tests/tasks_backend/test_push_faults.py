@@ -4,11 +4,16 @@ real sockets on loopback."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -346,3 +351,65 @@ def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> Non
     push.release(job_id, "mine")
     assert push.claim_many([job_id], "theirs", 5000, 0) == [job_id]
     push.release(job_id, "theirs")
+
+
+# -- one clock: Redis's ------------------------------------------------------------------------------
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+
+# (`select` rather than `time.sleep`: libfaketime breaks the absolute-time sleep Python uses.)
+_SKEWED_PASSES = """
+import select, sys, time
+from tasks_backend.config import Settings
+from tasks_backend.keys import Keys
+from tasks_backend.store import RedisStore, connect
+from workers.push import PushDeliverer
+settings = Settings(redis_url=sys.argv[1], key_prefix=sys.argv[2], push_allow_private=True)
+store = RedisStore(connect(settings.redis_url), Keys(settings.key_prefix), max_ttl_ms=86_400_000)
+deliverer = PushDeliverer(store, settings)
+print(int(time.time() * 1000), flush=True)
+ends = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < ends:
+    deliverer.deliver_once()
+    select.select([], [], [], 0.05)
+deliverer.close()
+"""
+
+
+def _skewed_passes(settings: Settings, skew: str, seconds: float) -> int:
+    """Run delivery passes for `seconds` in a process whose clock is off by `skew`; returns its time."""
+    env = {**os.environ, "LD_PRELOAD": str(FAKETIME), "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+           "FAKETIME_NO_CACHE": "1"}
+    done = subprocess.run([sys.executable, "-c", _SKEWED_PASSES, settings.redis_url, settings.key_prefix,
+                           str(seconds)], env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return int(done.stdout.split()[0])
+
+
+@pytest.mark.skipif(not FAKETIME.exists(), reason="libfaketime is not installed")
+@pytest.mark.usefixtures("worker")
+def test_delivery_times_come_from_redis_not_the_host_clock(runtime: Runtime, settings: Settings) -> None:
+    receiver = Receiver()
+    try:
+        waiting, fresh = _job(runtime), _job(runtime)
+        for record in (waiting, fresh):
+            _finished(runtime, record)
+        # A config waiting a minute for its retry, by Redis's clock.
+        _put(runtime, waiting, {"url": receiver.url})
+        retry_at = _redis_ms(runtime) + 60_000
+        cursor = PushStore(runtime.store).cursors(waiting.id)[waiting.id]
+        runtime.store.redis.hset(runtime.store.keys.push_cursors(waiting.id), waiting.id,
+                                 dataclasses.replace(cursor, attempts=1, retry_at_ms=retry_at).to_json())
+        runtime.store.redis.zadd(runtime.store.keys.push_due(), {waiting.id: retry_at})
+        # A worker whose clock runs two minutes ahead does not retry early.
+        ahead = _skewed_passes(settings, "+120s", 1.5)
+        assert ahead - _redis_ms(runtime) > 100_000  # the skew took effect
+        assert receiver.attempts == 0 and _score(runtime, waiting.id) == retry_at
+        # A worker whose clock runs two minutes behind still delivers what is due now.
+        _put(runtime, fresh, {"url": receiver.url})
+        behind = _skewed_passes(settings, "-120s", 3)
+        assert _redis_ms(runtime) - behind > 100_000
+        assert "TASK_STATE_COMPLETED" in receiver.states()
+        assert {b["statusUpdate"]["taskId"] for b in receiver.bodies() if "statusUpdate" in b} == {fresh.id}
+    finally:
+        receiver.close()
