@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from .domain import JobRecord, JobState
 from .errors import InvalidParams
 from .store import Event, RedisStore, redis_errors
@@ -227,11 +229,20 @@ class PushStore:
         no loop polls them while they are in flight (and a pass that dies is retried after the lease)."""
         if not job_ids:
             return []
-        with redis_errors():
+        def claim() -> list[Any]:
+            # By SHA in a plain pipeline: a `Script` in a pipeline costs a SCRIPT EXISTS round trip each time.
             pipe = self.redis.pipeline(transaction=False)
             for job_id in job_ids:
-                self._claim(keys=[self.keys.push_lock(job_id)], args=[token, lease_ms], client=pipe)
-            won = [j for j, ok in zip(job_ids, pipe.execute(), strict=True) if ok == 1]
+                pipe.evalsha(self._claim.sha, 1, self.keys.push_lock(job_id), token, lease_ms)
+            return list(pipe.execute())
+
+        with redis_errors():
+            try:
+                outcomes = claim()
+            except redis.exceptions.NoScriptError:  # Redis restarted; claiming again is harmless
+                self.redis.script_load(_CLAIM)
+                outcomes = claim()
+            won = [j for j, ok in zip(job_ids, outcomes, strict=True) if ok == 1]
             if won:
                 self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
         return won

@@ -345,6 +345,7 @@ def test_a_config_put_on_a_finished_job_has_nothing_ahead(runtime: Runtime) -> N
 
 def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> None:
     push, job_id = PushStore(runtime.store), f"job-{time.monotonic_ns()}"
+    runtime.store.redis.script_flush()  # as after a Redis restart: the scripts are loaded again
     assert push.claim_many([job_id], "mine", 5000, 0) == [job_id]
     assert push.claim_many([job_id], "mine", 5000, 0) == [job_id]  # the same command again (a lost reply)
     assert push.claim_many([job_id], "theirs", 5000, 0) == []
