@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -355,7 +356,9 @@ def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> Non
 
 
 # -- one clock: Redis's ------------------------------------------------------------------------------
-FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+# Where Debian's libfaketime package puts it, unless LIBFAKETIME names another file.
+FAKETIME = Path(os.environ.get("LIBFAKETIME") or
+                Path("/usr/lib", sysconfig.get_config_var("MULTIARCH") or "", "faketime", "libfaketimeMT.so.1"))
 
 # (`select` rather than `time.sleep`: libfaketime breaks the absolute-time sleep Python uses.)
 _SKEWED_PASSES = """
