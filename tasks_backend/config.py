@@ -56,6 +56,8 @@ class Settings:
     push_allow_private: bool = False
     push_max_attempts: int = 8
     push_timeout_s: float = 5.0
+    #: Webhook POSTs a worker process makes at once (each to a different config).
+    push_concurrency: int = 8
 
     @property
     def effective_broker_url(self) -> str:
@@ -94,6 +96,7 @@ class Settings:
             "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
+            "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
         }
         values.update(overrides)
         return cls(**values)

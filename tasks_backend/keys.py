@@ -40,6 +40,10 @@ class Keys:
         """Per config, the last event delivered and the retry state (hash: config id -> JSON)."""
         return f"{self.prefix}:{{{job_id}}}:pushpos"
 
+    def push_lock(self, job_id: str) -> str:
+        """Held by the one worker delivering a job's notifications (a random token, short TTL)."""
+        return f"{self.prefix}:{{{job_id}}}:pushlock"
+
     def a2a_context(self, job_id: str) -> str:
         """The A2A contextId a client chose for the job (absent: the job id is its context)."""
         return f"{self.prefix}:{{{job_id}}}:a2actx"

@@ -1,10 +1,18 @@
 """A2A push-notification delivery, run by worker processes (never by a web request).
 
-A loop in each worker process takes jobs from the push due set, claims one job at a time (so two
-workers never post the same job's events), reads its event feed after each config's cursor and POSTs
-one StreamResponse per change. A failed POST is retried with exponential backoff; after
-`push_max_attempts` that event is skipped for that config so one dead receiver cannot stall the rest.
-Delivery is at least once: a worker that dies between a POST and saving the cursor posts it again.
+A loop in each worker process takes due jobs from the push due set and locks each one (so two workers
+never post the same job's events); it reads the job's feed after each config's cursor and hands each
+config to a small thread pool (`push_concurrency`), which POSTs one StreamResponse per change, in
+order, each POST within a total deadline. A slow or broken receiver holds one pool thread for at most
+that deadline per pass and delays no other config. The last config of a job to finish saves the
+cursors, sets when the job is next due and releases the lock, all in one script.
+
+A failed POST (whatever the reason) is retried with exponential backoff; after `push_max_attempts`
+that event is skipped for that config, so one dead receiver cannot stall the rest. The final state is
+kept until every config has it or gave up on it: once the feed has expired (a minute after the end)
+it is rebuilt from the job record, which lives until the job's TTL; the feed's earlier entries are
+then given up. Delivery is at least once: a worker that dies between a POST and saving the cursor
+posts it again. All times compared between processes come from Redis's clock.
 """
 
 from __future__ import annotations
@@ -12,17 +20,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Celery, bootsteps
 
 from adapters import a2a_wire as wire
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobRecord, JobState, now_ms
-from tasks_backend.errors import ServiceUnavailable, TasksBackendError
+from tasks_backend.domain import JobRecord, JobState
+from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.keys import Keys
-from tasks_backend.push import Cursor, PushStore, post_event
+from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushStore, event_key
 from tasks_backend.store import Event, RedisStore, connect
+from tasks_backend.webhook import post_event
 
 log = logging.getLogger(__name__)
 
@@ -40,81 +52,217 @@ def backoff_ms(attempts: int) -> int:
     return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** max(0, attempts - 1)))
 
 
+class _Clock:
+    """Redis's time as read at the start of a pass, moved on by this process's monotonic clock."""
+
+    def __init__(self, redis_ms: int) -> None:
+        self.redis_ms = redis_ms
+        self.started = time.monotonic()
+
+    def now(self) -> int:
+        return self.redis_ms + int((time.monotonic() - self.started) * 1000)
+
+
+class _JobPass:
+    """One job's pass: its configs are delivered in the pool; the last one to finish saves them all."""
+
+    def __init__(self, deliverer: PushDeliverer, pending: Pending, token: str, clock: _Clock) -> None:
+        self.deliverer = deliverer
+        self.pending = pending
+        self.token = token
+        self.clock = clock
+        self.posted = 0
+        self.cursors: dict[str, Cursor] = {}
+        self.more: set[str] = set()
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._left = 0
+
+    def start(self) -> int:
+        """Submit the configs that have something to do now; returns how many were submitted."""
+        work = sorted(self.pending.ready) if self.pending.record is not None else []
+        self._left = len(work)
+        if not work:
+            self._finish()
+        for config_id in work:
+            self.deliverer.submit(self, config_id)
+        return len(work)
+
+    def config_done(self, config_id: str, posted: int, cursor: Cursor, more: bool) -> None:
+        with self._lock:
+            self.posted += posted
+            self.cursors[config_id] = cursor
+            if more:
+                self.more.add(config_id)
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._finish()
+
+    def next_at(self) -> int | None:
+        """When the job is next due: never in the past unless there is more to send right away."""
+        record = self.pending.record
+        if record is None:
+            return None  # expired: its configs and cursors expire with it
+        now = self.clock.now()
+        times: list[int] = []
+        for config_id in self.pending.configs:
+            cursor = self.cursors.get(config_id) or self.pending.cursor(config_id)
+            if cursor.done:
+                continue
+            if cursor.attempts:
+                times.append(max(cursor.retry_at_ms, now + 1))
+            elif config_id in self.more:
+                times.append(now)
+            else:
+                times.append(now + FOLLOW_MS)  # following a running job's feed
+        return min(times) if times else None
+
+    def _finish(self) -> None:
+        try:
+            self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at())
+        except ServiceUnavailable:
+            log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the lease)",
+                        self.pending.job_id)
+        except Exception as exc:
+            log.warning("push delivery for job %s not saved: %s", self.pending.job_id, type(exc).__name__)
+        finally:
+            self.done.set()
+
+
 class PushDeliverer:
     def __init__(self, store: RedisStore, settings: Settings, batch: int = 100) -> None:
         self.store = store
         self.push = PushStore(store)
         self.settings = settings
         self.batch = batch
+        self.workers = max(1, settings.push_concurrency)
+        timeout_ms = int(settings.push_timeout_s * 1000)
+        # A pass stops starting POSTs halfway through its lease, and a POST ends within the timeout,
+        # so the lock is released (and the cursors saved) before another worker could take the job.
+        self.lease_ms = max(CLAIM_MS, 4 * timeout_ms)
+        self.budget_s = self.lease_ms / 2000
+        self.stop = threading.Event()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="push-delivery")
+        self._busy = 0
+        self._changed = threading.Condition()
 
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # -- the loop -----------------------------------------------------------------------
     def deliver_once(self) -> int:
-        """One pass over the jobs that are due; returns how many notifications were posted."""
-        posted = 0
-        for job_id in self.push.due(now_ms(), self.batch):
-            claim = self.push.try_claim(job_id, CLAIM_MS)
-            if claim is None:
-                continue
-            try:
-                sent, next_at = self._deliver_job(job_id)
-                posted += sent
-                self.push.reschedule(job_id, next_at)
-            finally:
-                self.push.release(job_id, claim)
-        return posted
+        """Start every due job and wait for them; returns how many notifications were posted."""
+        passes = self._start(self.batch)
+        for job_pass in passes:
+            job_pass.done.wait()
+        return sum(p.posted for p in passes)
 
     def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
+        self.stop = stop
+        try:
+            while not stop.is_set():
+                with self._changed:
+                    room = 2 * self.workers - self._busy
+                started: list[_JobPass] = []
+                try:
+                    if room > 0:
+                        started = self._start(min(room, self.batch))
+                except ServiceUnavailable:
+                    log.warning("push delivery paused: Redis is unreachable")
+                except Exception:
+                    log.exception("push delivery pass failed")
+                if not started:
+                    with self._changed:  # until a delivery ends (room, or a job due again) or a while
+                        self._changed.wait(IDLE_S)
+        finally:
+            self.close()
+
+    def _start(self, limit: int) -> list[_JobPass]:
+        now, due = self.push.due(limit)
+        token = uuid.uuid4().hex
+        clock = _Clock(now)
+        passes = []
+        for job_id in self.push.claim_many(due, token, self.lease_ms, now):
             try:
-                if self.deliver_once():
-                    continue
+                pending = self.push.read(job_id, now)
             except ServiceUnavailable:
-                log.warning("push delivery paused: Redis is unreachable")
-            except Exception:
-                log.exception("push delivery pass failed")
-            stop.wait(IDLE_S)
-
-    def _deliver_job(self, job_id: str) -> tuple[int, int | None]:
-        """Post what each config has not seen yet; returns (posted, when to look again or None)."""
-        record = self.store.get(job_id)
-        configs = {c["id"]: c for c in self.push.configs(job_id)} if record is not None else {}
-        if record is None or not configs:
-            return 0, None  # expired, or every config deleted: nothing left to do for this job
-        context = self.push.contexts([job_id])[job_id]
-        cursors = self.push.cursors(job_id)
-        now = now_ms()
-        posted = 0
-        next_at: int | None = None if record.terminal else now + FOLLOW_MS
-        for config_id, config in configs.items():
-            cursor = cursors.get(config_id, Cursor())
-            if cursor.retry_at_ms > now:
-                next_at = min(next_at or cursor.retry_at_ms, cursor.retry_at_ms)
+                raise
+            except Exception as exc:  # unreadable data of one job: it is tried again after the lease
+                log.warning("push delivery for job %s skipped: %s", job_id, type(exc).__name__)
                 continue
-            sent, cursor = self._deliver_config(record, context, config, cursor)
-            posted += sent
-            self.push.save_cursor(job_id, config_id, cursor)
-            if cursor.attempts:
-                next_at = min(next_at or cursor.retry_at_ms, cursor.retry_at_ms)
-            elif record.terminal and self.store.events(job_id, cursor.after, 1):
-                next_at = now  # more of the feed is waiting (a long burst): come back at once
-        return posted, next_at
+            job_pass = _JobPass(self, pending, token, clock)
+            passes.append(job_pass)
+            job_pass.start()
+        return passes
 
-    def _deliver_config(self, record: JobRecord, context: str, config: dict[str, Any],
-                        cursor: Cursor) -> tuple[int, Cursor]:
+    def submit(self, job_pass: _JobPass, config_id: str) -> None:
+        with self._changed:
+            self._busy += 1
+        self._pool.submit(self._run, job_pass, config_id)
+
+    def _run(self, job_pass: _JobPass, config_id: str) -> None:
+        pending = job_pass.pending
+        cursor = pending.cursor(config_id)
+        posted, more = 0, False
+        try:
+            posted, cursor, more = self._deliver_config(job_pass, pending.configs[config_id], cursor)
+        except Exception as exc:  # isolated: one config's failure is its own failed attempt
+            log.info("push to config %s of job %s failed: %s", config_id, pending.job_id, type(exc).__name__)
+            # Given up, this skips everything the pass read: the same input would fail the same way.
+            record = pending.record
+            skip_to = pending.events[-1].id if pending.events else cursor.after
+            cursor = self._failed(job_pass, config_id, cursor, skip_to, bool(record and record.terminal))
+        finally:
+            job_pass.config_done(config_id, posted, cursor, more)
+            with self._changed:
+                self._busy -= 1
+                self._changed.notify_all()
+
+    # -- one config ---------------------------------------------------------------------
+    def _deliver_config(self, job_pass: _JobPass, config: dict[str, Any],
+                        cursor: Cursor) -> tuple[int, Cursor, bool]:
+        """Post what one config has not seen yet, oldest first; returns (posted, cursor, more waiting)."""
+        pending = job_pass.pending
+        record = pending.record
+        assert record is not None
+        cut = len(pending.events) >= FEED_BATCH  # the read stopped early: more may follow
+        events = [e for e in pending.events if event_key(e.id) > event_key(cursor.after)]
+        items: list[tuple[str, JobRecord]]
+        if events:
+            items = [(e.id, self._view(record, e)) for e in _latest_per_run(events)]
+        elif cut:
+            return 0, cursor, True
+        elif not record.terminal:
+            return 0, dataclasses.replace(cursor, attempts=0, retry_at_ms=0), False
+        elif pending.feed_exists:
+            return 0, dataclasses.replace(cursor, attempts=0, retry_at_ms=0, done=True), False  # at the end
+        else:
+            # The feed expired before this config caught up: what it missed of the way is given up,
+            # the final state is rebuilt from the record.
+            items = [(cursor.after, record)]
         posted = 0
-        for event in _latest_per_run(self.store.events(record.id, cursor.after, 1)):
-            view = self._view(record, event)
-            for body in wire.updates(view, context):
-                if not self._post(config, body):
-                    attempts = cursor.attempts + 1
-                    if attempts >= self.settings.push_max_attempts:
-                        log.warning("push to config %s of job %s: giving up on one event after %d attempts",
-                                    config["id"], record.id, attempts)
-                        return posted, Cursor(after=event.id)
-                    return posted, Cursor(after=cursor.after, attempts=attempts,
-                                          retry_at_ms=now_ms() + backoff_ms(attempts))
+        for after, view in items:
+            if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
+                return posted, cursor, True
+            for body in wire.updates(view, pending.context):
+                if not self._post(pending.job_id, config, body):
+                    return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
-            cursor = Cursor(after=event.id)
-        return posted, cursor
+            cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
+            if cursor.done:
+                break
+        return posted, cursor, cut
+
+    def _failed(self, job_pass: _JobPass, config_id: str, cursor: Cursor, item: str, final: bool) -> Cursor:
+        """The cursor after a failed attempt at the item that would move it to `item`."""
+        attempts = cursor.attempts + 1
+        if attempts >= self.settings.push_max_attempts:
+            log.warning("push to config %s of job %s: giving up on one event after %d attempts",
+                        config_id, job_pass.pending.job_id, attempts)
+            return Cursor(after=item, done=final, tag=cursor.tag)
+        return dataclasses.replace(cursor, attempts=attempts,
+                                   retry_at_ms=job_pass.clock.now() + backoff_ms(attempts))
 
     def _view(self, record: JobRecord, event: Event) -> JobRecord:
         """The job as of one event; results, errors and input requests come from the stored record."""
@@ -123,15 +271,16 @@ class PushDeliverer:
         return dataclasses.replace(record, state=event.state, updated_ms=event.updated_ms,
                                    status_message=event.message, progress=event.progress, total=event.total)
 
-    def _post(self, config: dict[str, Any], body: dict[str, Any]) -> bool:
+    def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any]) -> bool:
+        """One POST; any failure is logged (its kind only: messages may quote URLs or secrets)."""
         try:
             status = post_event(config, body, allow_private=self.settings.push_allow_private,
                                 timeout_s=self.settings.push_timeout_s)
-        except (OSError, TasksBackendError) as exc:
-            log.info("push to %s failed: %s", config.get("url"), type(exc).__name__)
+        except Exception as exc:
+            log.info("push to config %s of job %s failed: %s", config.get("id"), job_id, type(exc).__name__)
             return False
         if not 200 <= status < 300:
-            log.info("push to %s answered %s", config.get("url"), status)
+            log.info("push to config %s of job %s answered %s", config.get("id"), job_id, status)
             return False
         return True
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from a2a.types import (
     AuthenticationInfo,
@@ -27,7 +28,7 @@ from werkzeug.serving import make_server
 from adapters.app import create_app
 from tasks_backend.config import Settings
 from tasks_backend.runtime import build_runtime
-from tests.adapters.test_a2a import a2a_client, order, send, state
+from tests.adapters.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.test_push import Receiver
@@ -150,3 +151,27 @@ def test_blocking_send_with_a_push_config_still_returns_the_task(push_url: str, 
 
     asyncio.run(scenario())
     wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 30, message="the final notification")
+
+
+@pytest.mark.parametrize("config", [
+    {"url": "https://8.8.8.8/h", "token": "snow-\u2603"},
+    {"url": "https://8.8.8.8/h", "authentication": {"scheme": "Bearer", "credentials": "\u2603"}},
+    {"url": "https://8.8.8.8/a hook"},
+    {"url": "http://[64:ff9b::127.0.0.1]/"},
+    {"url": "http://[::127.0.0.1]/"},
+    {"url": "http://[2002:7f00:1::]/"},
+])
+def test_configs_that_could_never_be_delivered_are_invalid_params(http: httpx.Client, config: dict[str, Any]) -> None:
+    """Refused up front (-32602), both on a task and with the message that would start one (no task made)."""
+    order_part = {"data": {"operation": "test.noop", "params": {}}}
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [order_part]}
+    started = rpc(http, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
+    task_id = started.json()["result"]["task"]["id"]
+    assert error_code(rpc(http, "CreateTaskPushNotificationConfig", {"taskId": task_id, **config})) == -32602
+
+    before = rpc(http, "ListTasks", {}).json()["result"]["tasks"]
+    refused = rpc(http, "SendMessage", {"message": {**message, "messageId": str(uuid.uuid4())},
+                                        "configuration": {"returnImmediately": True,
+                                                          "taskPushNotificationConfig": config}})
+    assert error_code(refused) == -32602
+    assert rpc(http, "ListTasks", {}).json()["result"]["tasks"][0]["id"] == before[0]["id"]

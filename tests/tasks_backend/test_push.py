@@ -15,8 +15,7 @@ import pytest
 
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.errors import InvalidParams
-from tasks_backend.push import PushStore, TargetRefused, normalize_config, resolve_target
+from tasks_backend.push import PushStore, normalize_config
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
 from workers.push import PushDeliverer, backoff_ms
@@ -70,41 +69,6 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-# -- the guard ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1/h", "http://localhost:8080/h", "http://10.0.0.5/h", "http://192.168.1.1/h",
-    "http://172.16.3.4/h", "http://169.254.169.254/latest/meta-data", "http://[::1]/h", "http://[fe80::1]/h",
-    "http://[::ffff:127.0.0.1]/h", "http://100.64.0.1/h", "http://0.0.0.0/h", "http://224.0.0.1/h",
-    "http://[fd00::1]/h",
-])
-def test_guard_refuses_loopback_link_local_and_private_targets(url: str) -> None:
-    with pytest.raises(TargetRefused):
-        resolve_target(url, allow_private=False)
-
-
-@pytest.mark.parametrize("url", ["ftp://example.com/h", "http:///h", "file:///etc/passwd", "http://u:p@8.8.8.8/",
-                                 "http://8.8.8.8:99999/h", "//8.8.8.8/h"])
-def test_guard_refuses_malformed_targets_even_when_private_is_allowed(url: str) -> None:
-    with pytest.raises(TargetRefused):
-        resolve_target(url, allow_private=True)
-
-
-def test_guard_allows_public_targets_and_private_ones_when_configured() -> None:
-    assert resolve_target("https://8.8.8.8/hook", allow_private=False) == ("https", "8.8.8.8", 443, "8.8.8.8")
-    assert resolve_target("http://127.0.0.1:9/h", allow_private=True)[3] == "127.0.0.1"
-
-
-def test_config_is_normalized_and_header_injection_is_refused() -> None:
-    config = normalize_config({"url": "https://8.8.8.8/h", "token": "t",
-                               "authentication": {"scheme": "Bearer", "credentials": "c"}}, "job-1")
-    assert config == {"id": "job-1", "taskId": "job-1", "url": "https://8.8.8.8/h", "token": "t",
-                      "authentication": {"scheme": "Bearer", "credentials": "c"}}
-    for bad in ({"url": "https://8.8.8.8/h", "token": "a\r\nX-Evil: 1"}, {"token": "t"},
-                {"url": "https://8.8.8.8/h", "authentication": {"scheme": "Bearer x"}}, "nope"):
-        with pytest.raises(InvalidParams):
-            normalize_config(bad, "job-1")
-
-
 # -- storage -------------------------------------------------------------------------------------
 def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
     record, _ = runtime.service.submit(Principal("alice"), "test.noop", {}, ttl_s=120)
@@ -123,7 +87,7 @@ def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
 
 def test_jobs_without_configs_never_reach_the_delivery_loop(runtime: Runtime) -> None:
     record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
-    assert record.id not in PushStore(runtime.store).due(2**62, 10_000)
+    assert not _scheduled(runtime, record.id)
 
 
 def test_a_job_is_claimed_by_one_deliverer_at_a_time(runtime: Runtime) -> None:
@@ -135,6 +99,11 @@ def test_a_job_is_claimed_by_one_deliverer_at_a_time(runtime: Runtime) -> None:
 
 
 # -- delivery ------------------------------------------------------------------------------------
+def _scheduled(runtime: Runtime, job_id: str) -> bool:
+    """Whether the job is on the push due set at all (at any time)."""
+    return runtime.store.redis.zscore(runtime.store.keys.push_due(), job_id) is not None
+
+
 def _deliver_until(deliverer: PushDeliverer, done: Any, message: str) -> None:
     def step() -> bool:
         deliverer.deliver_once()
@@ -163,8 +132,7 @@ def test_failed_posts_are_retried_with_backoff_until_delivered(runtime: Runtime,
         assert any(b.get("artifactUpdate", {}).get("artifact", {}).get("parts") == [{"data": {"ok": True}}]
                    for b in receiver.bodies())
         # Done: a finished job whose events were all delivered leaves the due set.
-        _deliver_until(deliverer, lambda: record.id not in PushStore(runtime.store).due(2**62, 10_000),
-                       "the job to leave the due set")
+        _deliver_until(deliverer, lambda: not _scheduled(runtime, record.id), "the job to leave the due set")
     finally:
         receiver.close()
 
@@ -192,7 +160,7 @@ def test_private_targets_are_refused_at_delivery_time_too(runtime: Runtime, sett
                                                           receiver: Receiver) -> None:
     deliverer = PushDeliverer(runtime.store, settings)  # push_allow_private is off
     config = normalize_config({"url": receiver.url}, "job")
-    assert not deliverer._post(config, {"statusUpdate": {}})
+    assert not deliverer._post("job", config, {"statusUpdate": {}})
     assert receiver.attempts == 0
 
 

@@ -1,0 +1,241 @@
+"""Webhooks: what a push config may hold, which targets are allowed, and one POST with a deadline.
+
+The guard refuses targets that resolve to loopback, link-local, private or otherwise non-global
+addresses (also when written as an IPv6 address that embeds or translates one) unless
+`push_allow_private` is set. It runs when a config is created (a clear error for the caller) and
+again on every delivery, where the connection is pinned to the address that was checked, so a DNS
+answer that changes in between cannot redirect a POST into the private network.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import re
+import socket
+import threading
+import time
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import InvalidParams
+
+MAX_URL_LENGTH = 2048
+MAX_SECRET_LENGTH = 4096
+#: Bytes of a receiver's answer that are read (and thrown away) before the connection is closed.
+MAX_ANSWER_BYTES = 64 * 1024
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_URL_CHARS = re.compile(r"[\x21-\x7e]+")
+
+
+class TargetRefused(InvalidParams):
+    message = "The push notification URL is not allowed."
+
+
+# -- configs -----------------------------------------------------------------------------------
+def _config_text(config: dict[str, Any], name: str, limit: int = MAX_SECRET_LENGTH, *,
+                 header: bool = False) -> str | None:
+    """A single-line string field; `header`: it is sent in an HTTP header, so latin-1 only."""
+    value = config.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > limit or _CONTROL.search(value):
+        raise InvalidParams(f"`{name}` must be a single-line string of at most {limit} characters.")
+    try:
+        value.encode("latin-1" if header else "utf-8")
+    except UnicodeEncodeError:
+        what = "Latin-1 characters (it is sent in an HTTP header)" if header else "valid Unicode"
+        raise InvalidParams(f"`{name}` must contain only {what}.") from None
+    return value
+
+
+def normalize_config(config: Any, job_id: str) -> dict[str, Any]:
+    """A TaskPushNotificationConfig as stored: `id`, `taskId`, `url`, optional `token`, `authentication`.
+
+    Whatever can never be sent is refused here, not found out at delivery time: a URL that is not
+    plain ASCII without spaces, and header values outside Latin-1.
+    """
+    if not isinstance(config, dict):
+        raise InvalidParams("A push notification config must be a JSON object.")
+    url = _config_text(config, "url", MAX_URL_LENGTH)
+    if url is None:
+        raise InvalidParams("A push notification config needs a `url`.")
+    if not _URL_CHARS.fullmatch(url):
+        raise InvalidParams("The push notification `url` must be ASCII without spaces; percent-encode the rest.")
+    out: dict[str, Any] = {"id": _config_text(config, "id", 256) or job_id, "taskId": job_id, "url": url}
+    token = _config_text(config, "token", header=True)
+    if token is not None:
+        out["token"] = token
+    auth = config.get("authentication")
+    if auth is not None:
+        if not isinstance(auth, dict):
+            raise InvalidParams("`authentication` must be an object with `scheme` and `credentials`.")
+        scheme = _config_text(auth, "scheme", 64, header=True)
+        if scheme is None or not scheme.replace("-", "").isalnum() or not scheme.isascii():
+            raise InvalidParams("`authentication.scheme` must name an HTTP auth scheme, such as Bearer.")
+        out["authentication"] = {"scheme": scheme,
+                                 "credentials": _config_text(auth, "credentials", header=True) or ""}
+    return out
+
+
+# -- the guard ---------------------------------------------------------------------------------
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits are IPv4
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated addresses
+_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible ::a.b.c.d (also :: and ::1)
+# RFC 8215 local-use translation prefix: each network chooses where in it the IPv4 address sits, so
+# the address cannot be read back; it is not globally reachable anyway.
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def _reaches(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses a connection to `ip` may end up at: IPv4 ones it embeds or is translated to, and
+    itself unless it is only another way to write an IPv4 address (mapped, NAT64, IPv4-compatible)."""
+    if ip.ipv4_mapped is not None:
+        return [ip.ipv4_mapped]
+    if any(ip in net for net in (_NAT64, _SIIT, _COMPATIBLE)):
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if ip.sixtofour is not None:
+        out.append(ip.sixtofour)
+    if ip.teredo is not None:
+        out.extend(ip.teredo)  # (server, client); the client address is already de-obfuscated
+    return out
+
+
+def _allowed(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:
+            return False
+        candidates = _reaches(ip)
+    # `is_global` is false for loopback, link-local, private, shared (CGNAT), reserved and unspecified
+    # ranges; multicast is refused separately because some of it counts as global.
+    return all(c.is_global and not c.is_multicast for c in candidates)
+
+
+def resolve_target(url: str, allow_private: bool) -> tuple[str, str, int, str]:
+    """(scheme, host, port, address to connect to) for an allowed webhook URL, or `TargetRefused`."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetRefused("The push notification URL must be an absolute http or https URL.")
+    if parts.username or parts.password:
+        raise TargetRefused("Put credentials in `authentication`, not in the URL.")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise TargetRefused("The push notification URL has an invalid port.") from exc
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TargetRefused("The push notification host does not resolve.") from exc
+    addresses = [str(info[4][0]) for info in infos]
+    if not allow_private and not all(_allowed(a) for a in addresses):
+        raise TargetRefused("The push notification URL points at a loopback, link-local or private "
+                            "address; the server is not configured to allow that.")
+    return parts.scheme, parts.hostname, port, addresses[0]
+
+
+# -- one POST ----------------------------------------------------------------------------------
+class _Deadline:
+    """A total time limit on one HTTP exchange.
+
+    Socket timeouts bound each read, not their sum: a receiver sending a byte a second would hold
+    the connection for as long as it likes. At the deadline a timer shuts the socket down, which
+    ends any read or write in progress. The lock keeps the timer off a descriptor that was closed
+    (and may have been reused) once the exchange ended.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expires = time.monotonic() + seconds
+        self.fired = False
+        self._fd = -1
+        self._over = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def remaining(self) -> float:
+        left = self.expires - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the push deadline passed")
+        return left
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._fd = sock.fileno()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self.fired = True
+            if self._fd >= 0:
+                sock = socket.socket(fileno=self._fd)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                finally:
+                    sock.detach()
+
+    def __enter__(self) -> _Deadline:
+        self._timer = threading.Timer(max(0.0, self.expires - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._lock:
+            self._over = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def post_event(config: dict[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float) -> int:
+    """POST one StreamResponse to a config's URL; returns the HTTP status.
+
+    The whole exchange (connect, send, status line, headers and body) ends within `timeout_s`, or
+    raises `TimeoutError`. Redirects are not followed: a 3xx is a failed delivery, never a second
+    request elsewhere. Raises `TargetRefused`, `OSError` or `http.client.HTTPException` otherwise.
+    """
+    deadline = _Deadline(timeout_s)
+    url = config["url"]
+    scheme, host, port, address = resolve_target(url, allow_private)
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # `Connection: close`: the answer ends when the receiver closes, so reading it cannot wait on keep-alive.
+    headers = {"Content-Type": "application/json", "User-Agent": "tasks-backend-push", "Connection": "close"}
+    auth = config.get("authentication")
+    if auth:
+        headers["Authorization"] = f"{auth['scheme']} {auth.get('credentials', '')}".strip()
+    if config.get("token"):
+        headers["X-A2A-Notification-Token"] = config["token"]
+    conn: http.client.HTTPConnection
+    if scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout_s)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    # Connect to the address that passed the guard; Host and TLS SNI still use the name.
+    def pinned(addr: tuple[str, int], timeout: float | None, source: Any = None) -> socket.socket:
+        sock = socket.create_connection((address, addr[1]), deadline.remaining(), source)
+        deadline.watch(sock)
+        return sock
+
+    conn._create_connection = pinned  # type: ignore[attr-defined]
+    try:
+        with deadline:
+            conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+            response = conn.getresponse()
+            response.read(MAX_ANSWER_BYTES)
+            return response.status
+    except (OSError, http.client.HTTPException) as exc:
+        if deadline.fired:
+            raise TimeoutError(f"no complete answer within {timeout_s:g} s") from exc
+        raise
+    finally:
+        conn.close()
