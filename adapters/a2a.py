@@ -352,7 +352,7 @@ def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str
 def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     state_name = _text(params, "status", limit=64)
     wanted: JobState | None = None
-    if state_name is not None:
+    if state_name is not None and state_name != "TASK_STATE_UNSPECIFIED":  # the enum's zero: no filter
         if state_name not in _STATE_BY_NAME:
             raise InvalidParams(f"`status` must be one of {sorted(_STATE_BY_NAME)}.")
         wanted = _STATE_BY_NAME[state_name]
@@ -370,8 +370,10 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
 
     where = keep if (wanted, context_id, after_ms) != (None, None, None) else None
     records, next_cursor = call.service.list(call.principal, limit=page_size, cursor=cursor, where=where)
-    # [proto] ListTasksResponse: totalSize is REQUIRED, the count before pagination.
-    total = call.service.count(call.principal, where=where)
+    # [proto] ListTasksResponse: totalSize is REQUIRED, the count before pagination. A first page that
+    # is also the last holds them all, which needs no count.
+    first_and_last = cursor is None and next_cursor is None
+    total = len(records) if first_and_last else call.service.count(call.principal, where=where)
     contexts = call.push.contexts([r.id for r in records])
     artifacts = params.get("includeArtifacts") is True
     tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records]

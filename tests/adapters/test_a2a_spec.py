@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.adapters.test_a2a import error_code, rpc
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -81,6 +82,16 @@ def test_filtered_lists_count_and_page_only_matching_tasks(http: httpx.Client, u
     assert [t["id"] for t in rest["tasks"]] == ours[:1] and rest["nextPageToken"] == "" and rest["totalSize"] == 3
     done = listed(http, token, status="TASK_STATE_COMPLETED")
     assert done["totalSize"] == 4 and len(done["tasks"]) == 4
+
+
+def test_expired_tasks_are_not_counted(http: httpx.Client, users: Any, runtime: Any) -> None:
+    # totalSize counts tasks "available": one whose record expired (its TTL) is not.
+    name, token = users.new()
+    gone, _ = runtime.service.submit(name, "test.noop", {}, ttl_s=1.0)
+    kept = noop(http, token)
+    wait_until(lambda: runtime.store.get(gone.id) is None, 5, message="the short-lived job to expire")
+    page = listed(http, token)
+    assert [t["id"] for t in page["tasks"]] == [kept["id"]] and page["totalSize"] == 1
 
 
 @pytest.mark.parametrize("size", [0, -1, 101, 1.5, "10", True])
@@ -204,3 +215,10 @@ def test_skill_descriptions_end_their_sentences(http: httpx.Client) -> None:
     for skill in http.get("/.well-known/agent-card.json").json()["skills"]:
         assert skill["description"].strip()
         assert not re.search(r"[^.!?] Send a data part", skill["description"]), skill["description"]
+
+
+def test_the_zero_status_means_no_filter(http: httpx.Client, users: Any) -> None:
+    # [proto] TaskState: TASK_STATE_UNSPECIFIED is the enum's zero value, which ProtoJSON clients may send.
+    _, token = users.new()
+    noop(http, token)
+    assert listed(http, token, status="TASK_STATE_UNSPECIFIED")["totalSize"] == 1
