@@ -4,6 +4,7 @@
 # under that Node. Each is fetched once; the stamps are rebuilt only when the pins change.
 NODE_VERSION ?= 22.23.5
 NODE_DIR ?= .node
+# Linux builds (x64 or arm64); the registry has no Node 22 package for other systems.
 NODE_PKG := node-linux-$(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x64)
 NODE_BIN := $(abspath $(NODE_DIR))/node_modules/$(NODE_PKG)/bin
 JS_DIR := tests/adapters/js

@@ -1,6 +1,6 @@
 """Node 22 and the JavaScript packages of tests/adapters/js, installed by `make js-clients` (make test).
 
-Node comes from the npm registry's `node-linux-*` package into `.node/`; the packages are pinned by
+Node comes from the npm registry's `node-linux-<arch>` package into `.node/`; the packages are pinned by
 tests/adapters/js/package-lock.json. A missing install fails the test rather than skipping it.
 """
 
@@ -19,7 +19,7 @@ HINT = "run `make js-clients` (make test installs Node 22 and the pinned package
 
 
 def node() -> Path:
-    found = sorted((ROOT / ".node" / "node_modules").glob("node-linux-*/bin/node"))
+    found = sorted((ROOT / ".node" / "node_modules").glob("node-*-*/bin/node"))
     if not found:
         pytest.fail(f"Node 22 is not installed in .node/: {HINT}")
     version = subprocess.run([str(found[0]), "--version"], capture_output=True, text=True, check=True).stdout
