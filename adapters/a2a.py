@@ -7,9 +7,11 @@ with a data part `{"inputResponses": {...}}`. Wire forms are in `a2a_wire`; sema
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
@@ -21,7 +23,7 @@ from tasks_backend.errors import InvalidParams, JobNotFound
 from tasks_backend.push import PushStore, normalize_config, resolve_target
 from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
-from tasks_backend.states import A2A_STATE, WIRE_STATUS
+from tasks_backend.states import A2A_STATE
 
 from . import a2a_wire as wire
 from . import jsonrpc
@@ -35,6 +37,7 @@ PROTOCOL_VERSION = "1.0"
 
 TASK_NOT_FOUND = -32001
 UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
 EXTENDED_CARD_NOT_CONFIGURED = -32007
 VERSION_NOT_SUPPORTED = -32009
 
@@ -49,6 +52,8 @@ _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 _STATE_BY_NAME = {name: state for state, name in A2A_STATE.items()}
 MAX_PAGE_SIZE = 100
 MAX_CONTEXT_ID = 256
+MAX_HISTORY = 0  # tasks keep no message history; a longer request is clamped to it
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,14 @@ def agent_card() -> Response:
     base = request.host_url.rstrip("/")
     skills = []
     for spec in runtime.registry:
-        schema = json.dumps(runtime.registry.json_schema(spec.name), separators=(",", ":"))
+        schema = runtime.registry.json_schema(spec.name)
         skills.append({
             "id": spec.name, "name": spec.name,
-            "description": f"{spec.description or spec.name} Send a data part "
-                           f'{{"operation": "{spec.name}", "params": {{...}}}}; params schema: {schema}',
+            "description": f"{_sentence(spec.description or spec.name)} Send a data part "
+                           f'{{"operation": "{spec.name}", "params": {{...}}}}; params schema: '
+                           f'{json.dumps(schema, separators=(",", ":"))}',
             "tags": ["job", spec.name.split(".", 1)[0]],
-            "examples": [json.dumps({"operation": spec.name, "params": {}})],
+            "examples": [json.dumps({"operation": spec.name, "params": wire.example(schema)})],
             "inputModes": ["application/json"], "outputModes": ["application/json"],
         })
     card = {
@@ -93,13 +99,20 @@ def agent_card() -> Response:
     return jsonify(card)
 
 
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
 # -- JSON-RPC --------------------------------------------------------------------------------
 @bp.post(RPC_PATH)
 def rpc() -> Response:
     request_id: jsonrpc.Id = None
     try:
-        req = jsonrpc.parse(request.get_data(cache=True))
-        request_id = req.id
+        body = jsonrpc.decode(request.get_data(cache=True))
+        # An invalid request still answers with its id when the id itself was readable (JSON-RPC 2.0 §5).
+        request_id = jsonrpc.readable_id(body)
+        req = jsonrpc.request_from(body)
         _check_version()
         method = METHODS.get(req.method)
         if method is None:
@@ -164,11 +177,31 @@ def _text(params: dict[str, Any], name: str, *, required: bool = False, limit: i
 
 def _count(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
     value = params.get(name)
-    if value is None or value == 0:
+    if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidParams(f"`{name}` must be an integer from {low} to {high}.")
     return value
+
+
+def _history_length(params: dict[str, Any]) -> int:
+    """`historyLength`, clamped to what this server keeps: tasks carry no message history ([spec] §3.2.4)."""
+    return min(_count(params, "historyLength", 0, 0, 2**31 - 1), MAX_HISTORY)
+
+
+def _timestamp_ms(params: dict[str, Any], name: str) -> int | None:
+    """A ProtoJSON Timestamp (RFC 3339 with a zone) in whole milliseconds, rounded up."""
+    value = params.get(name)
+    if value is None:
+        return None
+    moment = None
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            moment = datetime.fromisoformat(value)
+    if moment is None or moment.tzinfo is None:
+        raise InvalidParams(f"`{name}` must be an RFC 3339 timestamp such as 2026-01-31T09:00:00Z.")
+    micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    return -(-micros // 1000)
 
 
 def _context(call: Call, record: JobRecord) -> str:
@@ -185,6 +218,10 @@ def _task_id(params: dict[str, Any], name: str = "id") -> str:
 def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]:
     """Start a job from a message, or answer a parked job's input requests; returns (record, contextId)."""
     message = _object(params, "message", required=True)
+    # [proto] Message: messageId, role and parts are REQUIRED; a client sends ROLE_USER.
+    _text(message, "messageId", required=True)
+    if message.get("role") != "ROLE_USER":
+        raise InvalidParams("`message.role` is required and must be ROLE_USER.")
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise InvalidParams("`message.parts` must be a non-empty list.")
@@ -202,12 +239,13 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
         context = _context(call, record)
         if context_id is not None and context_id != context:
             raise InvalidParams("`contextId` does not match the task's context.")
+        if record.terminal:
+            raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; it takes no more messages.")
+        _require_data(data)
         responses = next((d["inputResponses"] for d in data if "inputResponses" in d), None)
         if responses is None:
             raise InvalidParams("A message to an existing task must carry a data part "
                                 '{"inputResponses": {...}}.')
-        if record.terminal:
-            raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; it takes no more messages.")
         after = call.push.last_event_id(record.id)
         record = call.service.provide_input(call.principal, task_id, responses)
         if push_config is not None:
@@ -215,6 +253,7 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
                           now_ms=record.updated_ms)
         return record, context
 
+    _require_data(data)
     order = next((d for d in data if "operation" in d), None)
     if order is None:
         raise InvalidParams('Name the operation with a data part {"operation": "...", "params": {...}}.',
@@ -233,6 +272,12 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
     if push_config is not None:
         call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms)
     return record, context_id or _context(call, record)
+
+
+def _require_data(data: list[dict[str, Any]]) -> None:
+    if not data:
+        raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, "This agent reads only data parts (application/json); "
+                       'send {"data": {"operation": "...", "params": {...}}}.')
 
 
 def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
@@ -294,7 +339,7 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id) -> Re
 
 # -- tasks -------------------------------------------------------------------------------------
 def get_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    _count(params, "historyLength", 0, 0, 1000)  # validated only: tasks keep no message history
+    _history_length(params)
     record = call.service.get(call.principal, _task_id(params))
     return wire.task(record, _context(call, record))
 
@@ -307,21 +352,32 @@ def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str
 def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     state_name = _text(params, "status", limit=64)
     wanted: JobState | None = None
-    if state_name is not None:
+    if state_name is not None and state_name != "TASK_STATE_UNSPECIFIED":  # the enum's zero: no filter
         if state_name not in _STATE_BY_NAME:
             raise InvalidParams(f"`status` must be one of {sorted(_STATE_BY_NAME)}.")
         wanted = _STATE_BY_NAME[state_name]
     context_id = _text(params, "contextId", limit=MAX_CONTEXT_ID)
     page_size = _count(params, "pageSize", 50, 1, MAX_PAGE_SIZE)
-    _count(params, "historyLength", 0, 0, 1000)
-    records, cursor = call.service.list(call.principal, status=WIRE_STATUS[wanted] if wanted else None,
-                                        limit=page_size, cursor=_text(params, "pageToken", limit=1024))
+    _history_length(params)
+    after_ms = _timestamp_ms(params, "statusTimestampAfter")
+    cursor = _text(params, "pageToken", limit=1024)
+
+    def keep(records: list[JobRecord]) -> list[JobRecord]:
+        contexts = call.push.contexts([r.id for r in records]) if context_id is not None else {}
+        return [r for r in records if (wanted is None or r.state is wanted)
+                and (after_ms is None or r.updated_ms >= after_ms)
+                and (context_id is None or contexts[r.id] == context_id)]
+
+    where = keep if (wanted, context_id, after_ms) != (None, None, None) else None
+    records, next_cursor = call.service.list(call.principal, limit=page_size, cursor=cursor, where=where)
+    # [proto] ListTasksResponse: totalSize is REQUIRED, the count before pagination. A first page that
+    # is also the last holds them all, which needs no count.
+    first_and_last = cursor is None and next_cursor is None
+    total = len(records) if first_and_last else call.service.count(call.principal, where=where)
     contexts = call.push.contexts([r.id for r in records])
-    # The service filters by wire status; A2A tells queued from running, so narrow the page here.
     artifacts = params.get("includeArtifacts") is True
-    tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records
-             if (wanted is None or r.state is wanted) and context_id in (None, contexts[r.id])]
-    return {"tasks": tasks, "nextPageToken": cursor or "", "pageSize": page_size}
+    tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records]
+    return {"tasks": tasks, "nextPageToken": next_cursor or "", "pageSize": len(tasks), "totalSize": total}
 
 
 # -- push-notification configs -----------------------------------------------------------------

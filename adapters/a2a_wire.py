@@ -80,3 +80,28 @@ def updates(record: JobRecord, context_id: str) -> list[dict[str, Any]]:
     out.append({"statusUpdate": {"taskId": record.id, "contextId": context_id,
                                  "status": status(record, context_id), "metadata": metadata(record)}})
     return out
+
+
+def example(schema: dict[str, Any]) -> dict[str, Any]:
+    """Params that the operation's own JSON Schema accepts: its required fields, each a plausible value."""
+    props = schema.get("properties") or {}
+    return {name: _example_value(props.get(name) or {}) for name in schema.get("required", [])}
+
+
+def _example_value(prop: dict[str, Any]) -> Any:
+    if "default" in prop:
+        return prop["default"]
+    if prop.get("enum"):
+        return prop["enum"][0]
+    kind = prop.get("type")
+    if kind in ("number", "integer"):
+        value = max(prop.get("minimum", 1), 1)
+        value = min(value, prop.get("maximum", value))
+        return int(value) if kind == "integer" else value
+    if kind == "string":
+        return "example"[: prop.get("maxLength", 7)].ljust(prop.get("minLength", 0), "x")
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    return example(prop) if kind == "object" else None

@@ -54,6 +54,12 @@ def decode(raw: bytes) -> Any:
         raise RpcError(PARSE_ERROR, "Parse error", http_status=400) from exc
 
 
+def readable_id(body: Any) -> Id:
+    """The request's id if it can be read, for answering a request that is otherwise invalid."""
+    request_id = body.get("id") if isinstance(body, dict) else None
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
 def request_from(body: Any) -> Request:
     """One request object from decoded JSON, or -32600 / -32602."""
     if not isinstance(body, dict):

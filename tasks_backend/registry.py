@@ -72,7 +72,8 @@ def job(name: str, *, params: type[Schema] | None = None, ttl: float | None = No
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         spec = JobSpec(name=name, fn=fn, params=params or _NoParams, ttl_s=ttl, poll_interval_s=poll_interval,
-                       description=description or (fn.__doc__ or "").strip().split("\n")[0],
+                       # Every protocol publishes a description (MCP clients and the A2A card require one).
+                       description=description or (fn.__doc__ or "").strip().split("\n")[0] or f"Runs {name}.",
                        retry_on=tuple(retry_on), max_retries=max_retries, retry_backoff_s=retry_backoff)
         setattr(fn, _MARK, spec)
         return fn

@@ -238,6 +238,11 @@ class RedisStore:
                 break
         return out
 
+    def owner_count(self, owner: str) -> int:
+        """How many jobs an owner's index holds (O(1)); entries of expired jobs stay until a listing passes them."""
+        with redis_errors():
+            return int(self.redis.zcard(self.keys.owner_index(owner)))
+
     def forget_for_owner(self, owner: str, job_ids: Sequence[str]) -> None:
         if job_ids:
             with redis_errors():

@@ -282,7 +282,7 @@ def test_requests_without_a_bearer_token_are_401(http: httpx.Client) -> None:
     ("GetTask", {}, -32602),
     ("Nope", {}, -32601),
     ("SendMessage", {}, -32602),
-    ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}, -32602),
+    ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}, -32005),
     ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER",
                                  "parts": [{"data": {"operation": "no.such"}}]}}, -32602),
     ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER",

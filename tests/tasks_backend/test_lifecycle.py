@@ -137,3 +137,24 @@ def test_quick_submissions_list_newest_first_across_pages(runtime: Runtime) -> N
         if cursor is None:
             break
     assert seen == list(reversed(ids))
+
+
+def test_the_last_full_page_has_no_cursor_and_counts_match_the_listing(runtime: Runtime) -> None:
+    """A cursor only when another job follows; `count` agrees with what listing finds, filtered or not."""
+    owner = Principal(f"pages-{secrets.token_hex(3)}")
+    ids = [runtime.service.submit(owner, "test.noop", {})[0].id for _ in range(6)]
+    first, cursor = runtime.service.list(owner, limit=3)
+    assert [r.id for r in first] == ids[::-1][:3] and cursor is not None
+    last, cursor = runtime.service.list(owner, limit=3, cursor=cursor)
+    assert [r.id for r in last] == ids[::-1][3:] and cursor is None
+    assert runtime.service.list(owner, limit=6)[1] is None
+    assert runtime.service.count(owner) == 6
+
+    def odd(records: list[Any]) -> list[Any]:
+        return [r for r in records if ids.index(r.id) % 2]
+
+    page, cursor = runtime.service.list(owner, limit=2, where=odd)
+    assert [r.id for r in page] == [ids[5], ids[3]] and cursor is not None
+    page, cursor = runtime.service.list(owner, limit=2, cursor=cursor, where=odd)
+    assert [r.id for r in page] == [ids[1]] and cursor is None
+    assert runtime.service.count(owner, where=odd) == 3

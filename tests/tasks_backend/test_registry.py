@@ -33,3 +33,11 @@ def test_a_missing_dependency_of_a_job_module_is_told_apart(tmp_path: Path,
             Registry.from_modules(["jobs_needing_more"])
     finally:
         sys.modules.pop("jobs_needing_more", None)
+
+
+def test_every_job_has_a_description_to_publish() -> None:
+    # MCP clients (the conformance suite's tools-list) and A2A skills require one; a job without a
+    # description or docstring gets one from its name.
+    registry = Registry.from_modules(["tasks_backend.demo", "tests.support.jobs"])
+    assert registry.get("test.noop").description == "Runs test.noop."
+    assert all(spec.description for spec in registry)
