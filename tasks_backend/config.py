@@ -57,6 +57,9 @@ class Settings:
     push_max_attempts: int = 8
     push_timeout_s: float = 5.0
 
+    #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
+    ui_secret: str | None = None
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -94,6 +97,7 @@ class Settings:
             "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
+            "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
         }
         values.update(overrides)
         return cls(**values)
