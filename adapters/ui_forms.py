@@ -104,7 +104,8 @@ def _field(key: str, name: str, prop: dict[str, Any], required: bool) -> FormFie
             hints.append(f"format: {prop['format']}")
     elif kind != "boolean":
         out.kind = "unsupported"
-    out.hint = "; ".join(hints) or None
+    hint = "; ".join(hints)
+    out.hint = f"{hint[:1].upper()}{hint[1:]}." if hint else None
     return out
 
 

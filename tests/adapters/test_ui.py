@@ -89,11 +89,6 @@ def csrf_of(page: Any) -> str:
     return token
 
 
-def screenshot(page: Any, name: str) -> None:
-    if SCREENSHOTS:
-        page.screenshot(path=str(Path(SCREENSHOTS) / f"ui-{name}.png"), full_page=True)
-
-
 def test_sign_in_and_watch_a_job_complete_with_its_progress_bar_moving(page: Any, live_url: str,
                                                                       person: tuple[str, str]) -> None:
     page.goto("/ui/signin")
@@ -127,7 +122,6 @@ def test_sign_in_and_watch_a_job_complete_with_its_progress_bar_moving(page: Any
     assert page.locator("#timeline li").count() >= 3  # submitted, working..., completed
     assert "completed" in page.locator("#timeline li").last.inner_text()
     assert page.locator("text=Cancel job").count() == 0
-    screenshot(page, "job")
 
     page.click("nav >> text=My jobs")
     row = page.locator(f'li[data-job="{job_id}"]')
@@ -166,7 +160,6 @@ def test_answer_a_refund_approval_and_see_the_servers_message_for_a_wrong_answer
     section = page.locator(f'section[data-job="{job_id}"]')
     assert "Approve a refund of 42.50 for order A-1001?" in section.inner_text()
     assert section.get_by_role("group", name="approved (required)").count() == 1
-    screenshot(page, "waiting")
 
     # A post the browser would have stopped (the required choice left out) is answered by the server.
     section.locator("form").evaluate("f => { f.noValidate = true; }")
@@ -187,12 +180,49 @@ def test_answer_a_refund_approval_and_see_the_servers_message_for_a_wrong_answer
     assert result["status"] == "approved" and result["orderId"] == "A-1001"
 
 
+def test_every_kind_of_question_as_a_form_on_the_jobs_page(page: Any, live_url: str,
+                                                          person: tuple[str, str]) -> None:
+    sign_in(page, person[1])
+    job_id = submit(live_url, person[1], "test.form", {})
+    wait_status(live_url, person[1], job_id, "input_required")
+    page.goto(f"/ui/jobs/{job_id}")
+    form = page.locator("form.questions")
+    assert form.get_by_role("group", name="Delivery speed (required)").count() == 1
+    boxes = form.get_by_label("Boxes (required)")
+    assert [boxes.get_attribute(a) for a in ("type", "min", "max", "step", "required")] == \
+        ["number", "1", "20", "1", ""]
+    assert boxes.evaluate("e => e.getAttribute('aria-describedby').split(' ')"
+                          ".map(id => document.getElementById(id).textContent)") == [
+        "How many boxes to ship", "A whole number; at least 1; at most 20."]
+    email = form.get_by_label("Email for tracking")
+    assert (email.get_attribute("type"), email.get_attribute("maxlength")) == ("email", "120")
+    assert form.get_by_role("group", name="Gift wrap").get_by_label("No").is_checked()  # the schema's default
+
+    # A choice the page did not offer: the server's message lands beside that field.
+    form.get_by_label("Express (next day)").evaluate("e => { e.value = 'overnight'; }")
+    form.get_by_label("Express (next day)").check()
+    boxes.fill("3")
+    form.get_by_role("button", name="Send answer").click()
+    assert page.locator('[data-field-error="shipping.speed"]').inner_text() == \
+        "speed: must be one of ['standard', 'express']"
+    form = page.locator("form.questions")
+    assert form.get_by_label("Boxes (required)").input_value() == "3"  # what was typed is kept
+
+    form.get_by_label("Express (next day)").check()
+    form.get_by_label("Weight (kg)").fill("2.5")
+    form.get_by_label("Email for tracking").fill("ops@example.com")
+    form.get_by_role("group", name="Gift wrap").get_by_label("Yes").check()
+    form.get_by_role("button", name="Send answer").click()
+    page.wait_for_url(f"**/ui/jobs/{job_id}?notice=answered")
+    result = wait_status(live_url, person[1], job_id, "completed")["result"]
+    assert result == {"speed": "express", "boxes": 3, "weight": 2.5, "email": "ops@example.com", "gift": True}
+
+
 def test_cancel_a_job_from_its_page(page: Any, live_url: str, person: tuple[str, str]) -> None:
     sign_in(page, person[1])
     job_id = submit(live_url, person[1], "demo.sleep", {"seconds": 60, "steps": 60})
     wait_until(lambda: status_of(live_url, person[1], job_id).get("progress"), 20, message="the job to start")
     page.goto(f"/ui/jobs/{job_id}")
-    screenshot(page, "job-running")
     page.route("**/events?*", lambda route: route.abort())  # hold the page still to read what cancel answered
     page.get_by_role("button", name="Cancel job").click()
     # Cancel answers the job as it then stands: a running job stops at its next cancellation check.
@@ -232,7 +262,6 @@ def test_sign_out_ends_the_session(page: Any, live_url: str, person: tuple[str, 
     sign_in(page, person[1])
     job_id = submit(live_url, person[1], "test.noop", {})
     page.goto("/ui/jobs")
-    screenshot(page, "jobs")
     cookie = next(c for c in page.context.cookies() if c["name"] == "tb_ui_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
     assert person[1] not in cookie["value"]
@@ -261,3 +290,27 @@ def test_no_job_data_without_a_valid_session(live_url: str, person: tuple[str, s
         # Every POST needs the session's CSRF token, signing in included.
         assert anonymous.post("/ui/signin", data={"token": person[1]}).status_code == 403
         assert anonymous.post(f"/ui/jobs/{job_id}/cancel").status_code == 403
+
+
+@pytest.mark.skipif(not SCREENSHOTS, reason="UI_SCREENSHOTS=docs writes the README's screenshots")
+def test_screenshots_of_the_three_pages(browser: Any, live_url: str, users: Users) -> None:
+    _, token = users.new("dana")
+    context = browser.new_context(base_url=live_url, viewport={"width": 900, "height": 640})
+    page = context.new_page()
+    sign_in(page, token)
+    for operation, params in (("demo.export", {"rows": 2500}), ("demo.fail", {"message": "the ledger is locked"}),
+                              ("demo.refund", {"order_id": "A-1001", "amount": 42.5}), ("test.form", {})):
+        submit(live_url, token, operation, params)
+    cancelled = submit(live_url, token, "demo.sleep", {"seconds": 60})
+    httpx.post(f"{live_url}/v1/jobs/{cancelled}/cancel", headers=bearer(token), timeout=10)
+    running = submit(live_url, token, "demo.sleep", {"seconds": 20, "steps": 20})
+    wait_until(lambda: (status_of(live_url, token, running).get("progress") or {}).get("done", 0) >= 7, 30,
+               message="the job to be a third of the way")
+    out = Path(SCREENSHOTS or ".")
+    page.goto("/ui/jobs")
+    page.screenshot(path=str(out / "ui-jobs.png"), full_page=True)
+    page.goto(f"/ui/jobs/{running}")
+    page.screenshot(path=str(out / "ui-job.png"), full_page=True)
+    page.goto("/ui/waiting")
+    page.screenshot(path=str(out / "ui-waiting.png"), full_page=True)
+    context.close()
