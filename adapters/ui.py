@@ -11,9 +11,11 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import jwt
 from flask import Blueprint, Flask, Response, current_app, g, redirect, render_template, request, url_for
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.exceptions import Forbidden, HTTPException
@@ -89,6 +91,9 @@ def _session() -> Response | None:
     if request.method == "POST" and not hmac.compare_digest(
             str(request.form.get("csrf", "")).encode(), session["c"].encode()):
         raise Forbidden("The form has expired or did not come from this page; reload it and try again.")
+    if isinstance(session.get("p"), str) and not _still_valid(session):
+        g.ui_session, g.ui_session_changed = {"c": session["c"]}, True
+        session = g.ui_session
     if request.endpoint in _PUBLIC_ENDPOINTS:
         return None
     if not isinstance(session.get("p"), str):
@@ -97,6 +102,14 @@ def _session() -> Response | None:
         raise Unauthenticated()
     g.principal = Principal(session["p"], admin=bool(session.get("a")))
     return None
+
+
+def _still_valid(session: dict[str, Any]) -> bool:
+    """A session lasts no longer than what opened it: a JWT's expiry, a static or file token's presence."""
+    expires = session.get("e")
+    if isinstance(expires, int | float):
+        return time.time() < expires
+    return _ui().authenticator.holds_token(session["p"])
 
 
 @bp.after_request
@@ -153,6 +166,8 @@ def signin() -> Response | tuple[str, int]:
                                error="That token was not accepted."), 401
     # A fresh CSRF token with the new session, so one seen before signing in is worth nothing after.
     g.ui_session = {"p": principal.name, "a": principal.admin, "c": secrets.token_urlsafe(24)}
+    if not _ui().authenticator.holds_token(principal.name):  # signed in with a JWT: no longer than it lasts
+        g.ui_session["e"] = jwt.decode(token, options={"verify_signature": False}).get("exp")
     g.ui_session_changed = True
     return redirect(_safe_next(request.form.get("next")), 303)  # type: ignore[return-value]
 

@@ -292,6 +292,20 @@ def test_no_job_data_without_a_valid_session(live_url: str, person: tuple[str, s
         assert anonymous.post(f"/ui/jobs/{job_id}/cancel").status_code == 403
 
 
+def test_a_session_ends_when_its_token_is_removed(live_url: str, users: Users) -> None:
+    name, token = users.new("leaving")
+    job_id = submit(live_url, token, "test.noop", {})
+    with httpx.Client(base_url=live_url, timeout=10) as browser_like:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', browser_like.get("/ui/signin").text)
+        assert csrf
+        assert browser_like.post("/ui/signin", data={"csrf": csrf[1], "token": token}).status_code == 303
+        assert browser_like.get(f"/ui/jobs/{job_id}").status_code == 200
+        users.path.write_text("".join(line for line in users.path.read_text().splitlines(keepends=True)
+                                      if not line.startswith(f"{name}:")))
+        reply = browser_like.get(f"/ui/jobs/{job_id}")
+        assert reply.status_code == 303 and reply.headers["location"].startswith("/ui/signin")
+
+
 @pytest.mark.skipif(not SCREENSHOTS, reason="UI_SCREENSHOTS=docs writes the README's screenshots")
 def test_screenshots_of_the_three_pages(browser: Any, live_url: str, users: Users) -> None:
     _, token = users.new("dana")
