@@ -121,10 +121,18 @@ def answers_from_form(questions: list[Question], form: MultiDict[str, str]) -> d
     """`inputResponses` from a form post: declined as a whole, or each question's content.
 
     A value the browser should not have let through (text in a number field) is passed on as typed,
-    so that the service says what is wrong with it rather than this layer guessing."""
+    so that the service says what is wrong with it rather than this layer guessing. So are answers to
+    questions the page no longer knows (answered meanwhile, or the job moved on): the service ignores
+    superseded questions and says when the job is no longer waiting."""
+    known = {q.key for q in questions}
+    others: dict[str, dict[str, Any]] = {}
+    for name, posted in form.items():
+        key, sep, prop = name.partition(".")
+        if sep and key not in known:
+            others.setdefault(key, {})[prop] = posted
     if form.get("_action") == "decline":
-        return {q.key: {"action": "decline"} for q in questions}
-    out: dict[str, Any] = {}
+        return {key: {"action": "decline"} for key in [*known, *others]}
+    out: dict[str, Any] = {key: {"action": "accept", "content": c} for key, c in others.items()}
     for q in questions:
         content: dict[str, Any] = {}
         for f in q.fields:

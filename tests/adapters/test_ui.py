@@ -6,6 +6,7 @@ with a real worker running the demo jobs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -292,13 +293,38 @@ def test_no_job_data_without_a_valid_session(live_url: str, person: tuple[str, s
         assert anonymous.post(f"/ui/jobs/{job_id}/cancel").status_code == 403
 
 
+@contextlib.contextmanager
+def signed_in(live_url: str, token: str) -> Iterator[httpx.Client]:
+    """A plain HTTP client holding a page session, as a browser would."""
+    with httpx.Client(base_url=live_url, timeout=10) as client:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/signin").text)
+        assert csrf
+        assert client.post("/ui/signin", data={"csrf": csrf[1], "token": token}).status_code == 303
+        yield client
+
+
+def test_errors_are_mapped_as_everywhere_else_and_shown_as_pages(live_url: str, person: tuple[str, str]) -> None:
+    job_id = submit(live_url, person[1], "test.noop", {})
+    wait_status(live_url, person[1], job_id, "completed")
+    with signed_in(live_url, person[1]) as client:
+        for path, status, words in (("/ui/jobs?cursor=nonsense", 400, "The cursor is not valid."),
+                                    ("/ui/jobs?status=sleeping", 400, "Unknown status"),
+                                    ("/ui/jobs/not-an-id", 404, "Not found")):
+            reply = client.get(path)
+            assert (reply.status_code, reply.headers["content-type"]) == (status, "text/html; charset=utf-8")
+            assert words in reply.text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/ui/jobs").text)
+        assert csrf
+        reply = client.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf[1]})
+        assert reply.status_code == 409 and "The job has already finished." in reply.text
+        reply = client.post(f"/ui/jobs/{job_id}/input", data={"csrf": csrf[1], "approval.approved": "true"})
+        assert reply.status_code == 409 and "Not waiting for input" in reply.text
+
+
 def test_a_session_ends_when_its_token_is_removed(live_url: str, users: Users) -> None:
     name, token = users.new("leaving")
     job_id = submit(live_url, token, "test.noop", {})
-    with httpx.Client(base_url=live_url, timeout=10) as browser_like:
-        csrf = re.search(r'name="csrf" value="([^"]+)"', browser_like.get("/ui/signin").text)
-        assert csrf
-        assert browser_like.post("/ui/signin", data={"csrf": csrf[1], "token": token}).status_code == 303
+    with signed_in(live_url, token) as browser_like:
         assert browser_like.get(f"/ui/jobs/{job_id}").status_code == 200
         users.path.write_text("".join(line for line in users.path.read_text().splitlines(keepends=True)
                                       if not line.startswith(f"{name}:")))

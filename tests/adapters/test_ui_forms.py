@@ -43,3 +43,10 @@ def test_the_services_messages_go_beside_the_fields_they_name() -> None:
                                                     "other": ["x: required"]})
     assert by_field == {"shipping.boxes": "boxes: required", "shipping.speed": "speed: must be string"}
     assert general == ["the answer must be a JSON object", "x: required"]
+
+
+def test_answers_to_questions_the_page_no_longer_knows_are_passed_on_for_the_service_to_judge() -> None:
+    posted = MultiDict({"approval.approved": "true", "_action": "accept", "csrf": "x"})
+    assert answers_from_form([], posted) == {"approval": {"action": "accept", "content": {"approved": "true"}}}
+    assert answers_from_form([], MultiDict({"approval.approved": "true", "_action": "decline"})) == {
+        "approval": {"action": "decline"}}
