@@ -85,7 +85,10 @@
     if (!live()) return;
     var timer = window.setInterval(function () {
       fetch(list.dataset.poll, { headers: { "X-UI-Fragment": "rows" }, credentials: "same-origin" })
-        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (r) {
+          if (r.redirected) window.location.assign(r.url);  // the session ended: to the sign-in page
+          return r.ok && !r.redirected ? r.text() : Promise.reject(r.status);
+        })
         .then(function (html) {
           list.innerHTML = html;
           if (!live()) window.clearInterval(timer);
