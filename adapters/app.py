@@ -8,7 +8,7 @@ from tasks_backend.config import Settings
 from tasks_backend.errors import PayloadTooLarge
 from tasks_backend.runtime import Runtime, build_runtime
 
-from . import a2a, http_jobs, mcp, observability, openapi, problems
+from . import a2a, http_jobs, mcp, observability, openapi, problems, ui
 from .fast_path import FastPath
 
 #: Paths anyone may read: probes and the API description.
@@ -29,11 +29,13 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
             raise PayloadTooLarge()
         if request.path in PUBLIC_PATHS or request.method == "OPTIONS":
             return
+        if ui.owns(request.path):
+            return  # the page's own session stands in for the bearer header (adapters/ui.py)
         g.principal = authenticator.authenticate(request.headers.get("Authorization"))
 
     problems.register(app)
     observability.install(app, runtime)
-    for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp):
+    for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp, ui.bp):
         app.register_blueprint(blueprint)
     app.wsgi_app = FastPath(app.wsgi_app, runtime, authenticator)  # type: ignore[method-assign]
     return app

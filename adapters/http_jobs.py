@@ -120,16 +120,20 @@ def provide_input(job_id: str) -> Response:
 
 @bp.get("/jobs/<job_id>/events")
 def events(job_id: str) -> Response:
-    """Server-sent events: one `handle` event per change, until terminal.
+    """Server-sent events: one `handle` event per change, until terminal."""
+    return event_stream(_service(), g.principal, job_id)
+
+
+def event_stream(service: JobService, principal: Principal, job_id: str) -> Response:
+    """A job's changes as server-sent events (the API's stream and the web page's, framed here only).
 
     A stream lasts at most `sse_max_s` (so a sync worker is never held for a day); the client
     reconnects with `Last-Event-ID` and resumes where it left off, as EventSource does by itself.
     """
-    service = _service()
     after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
     if not _is_stream_id(after):
         raise BadRequest("`Last-Event-ID` is not an event id.")
-    stream = service.watch(g.principal, job_id, after=after, max_s=service.settings.sse_max_s)
+    stream = service.watch(principal, job_id, after=after, max_s=service.settings.sse_max_s)
     first = next(stream)  # ownership is checked here, before any byte of the stream is sent
 
     def generate() -> Iterator[str]:

@@ -58,6 +58,7 @@ class Authenticator:
         self._file_entries: list[tuple[str, str]] = []
         self._file_stamp: tuple[float, int] | None = None
         self._index: dict[str, tuple[str, str]] = {}
+        self._names: frozenset[str] = frozenset()
         self._indexed_from: list[tuple[str, str]] | None = None
         self._jwt_key = settings.jwt_public_key or settings.jwt_secret
         self._jwt_algorithms = ["RS256"] if settings.jwt_public_key else ["HS256"]
@@ -111,7 +112,13 @@ class Authenticator:
             index = {d: (p, d) for p, d in self._static}
             index.update({d: (p, d) for p, d in entries})
             self._index, self._indexed_from = index, entries
+            self._names = frozenset(p for p, _ in index.values())
         return self._index
+
+    def holds_token(self, name: str) -> bool:
+        """Whether a static or file token still names `name`: a web session opened with a token ends with it."""
+        self._by_digest()
+        return name in self._names
 
     def _match_jwt(self, token: str) -> str | None:
         assert self._jwt_key is not None

@@ -46,6 +46,8 @@ def web(workers: int, threads: int, bind: str | None) -> None:
             "--timeout", "60", "--graceful-timeout", "30",
             "--access-logfile", "-", "--config", "python:tasks_backend.gunicorn_conf",
             "adapters.app:create_app()"]
+    # One secret for the web page's sessions across all the workers; a restart makes a new one unless it is set.
+    os.environ.setdefault("TASKS_BACKEND_UI_SECRET", secrets.token_urlsafe(32))
     os.execvp(sys.executable, argv)  # noqa: S606 - this process becomes gunicorn
 
 

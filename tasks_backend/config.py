@@ -59,6 +59,9 @@ class Settings:
     #: Webhook POSTs a worker process makes at once (each to a different config).
     push_concurrency: int = 8
 
+    #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
+    ui_secret: str | None = None
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -97,6 +100,7 @@ class Settings:
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
             "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
+            "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
         }
         values.update(overrides)
         return cls(**values)

@@ -128,3 +128,26 @@ def crash(ctx: JobContext, ledger: str) -> None:
     """Kills the process running it, every time: a poison job."""
     _append(ledger, {"event": "start", "pid": os.getpid()})
     os.kill(os.getpid(), 9)
+
+
+#: Every kind of question the web page turns into a form field.
+SHIPPING_FORM = {
+    "type": "object",
+    "properties": {
+        "speed": {"type": "string", "title": "Delivery speed", "enum": ["standard", "express"],
+                  "enumNames": ["Standard (3-5 days)", "Express (next day)"]},
+        "boxes": {"type": "integer", "title": "Boxes", "minimum": 1, "maximum": 20,
+                  "description": "How many boxes to ship"},
+        "weight": {"type": "number", "title": "Weight (kg)", "minimum": 0.1},
+        "email": {"type": "string", "title": "Email for tracking", "format": "email", "maxLength": 120},
+        "gift": {"type": "boolean", "title": "Gift wrap", "default": False},
+    },
+    "required": ["speed", "boxes"],
+}
+
+
+@job("test.form", params=NoParams, ttl=600, poll_interval=0.1)
+def form(ctx: JobContext) -> dict[str, Any]:
+    """Asks one question of every kind the web page renders; returns the answer."""
+    answer: dict[str, Any] = ctx.ask("shipping", "How should the order ship?", SHIPPING_FORM)
+    return answer
