@@ -198,7 +198,7 @@ class JobContext:
         encoded = json.dumps(value)
         outcome, stored = _durable(
             lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
-        if outcome == "cancelled":
+        if outcome == JobState.CANCELLED:
             self._keeper.cancelled.set()
             raise JobCancelled()
         if outcome == "fenced":
@@ -317,7 +317,7 @@ class Executor:
             "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
             "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."},
             sweep_in_ms=int(1000 * (delay + self.settings.queued_grace_s)))
-        if outcome == "queued":
+        if outcome == JobState.QUEUED:
             try:
                 self.dispatcher.publish(record.id, record.operation, countdown_s=delay)
             except DispatchUnavailable:
@@ -333,7 +333,7 @@ class Executor:
         outcome, _, at = _durable(lambda: self.store.transition(
             record.id, target, token=token, fields=fields, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
             request_id=request_id), self.settings.lease_s * 10)
-        if outcome == "cancelled":
+        if outcome == JobState.CANCELLED:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome != "ok":
             return outcome

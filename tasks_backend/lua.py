@@ -91,11 +91,12 @@ local function apply_fields(from, sets)
 end
 
 -- A worker's standing on the job, from its fencing token `mine`: it holds the job ('ok'), its run was
--- cancelled by the owner ('cancelled': cancelling a run moves its token on and keeps the old one as
--- `ctok`), or it lost the job to a lapsed lease, expiry or another worker ('lost').
+-- cancelled by the owner (cancelled: cancelling a run moves its token on and keeps the old one as
+-- `ctok`), or it lost the job to a lapsed lease, expiry or another worker ('lost'). Outcomes that
+-- say a job is now in some state are that state's name.
 local function standing(state, token, ctok, mine)
   if token == mine and state == $RUNNING then return 'ok' end
-  if ctok == mine and state == $CANCELLED then return 'cancelled' end
+  if ctok == mine and state == $CANCELLED then return $CANCELLED end
   return 'lost'
 end
 """
@@ -148,7 +149,7 @@ if ARGV[5] ~= '' and cur[3] ~= ARGV[5] then return {'missing', '', 0} end
 if ARGV[1] ~= '' and cur[11] == ARGV[1] then return cjson.decode(cur[12]) end
 if ARGV[2] ~= '' then
   local s = standing(cur[1], cur[2], cur[10], ARGV[2])
-  if s == 'cancelled' then return {'cancelled', cur[1], 0} end
+  if s == $CANCELLED then return {$CANCELLED, cur[1], 0} end
   if s ~= 'ok' then return {'fenced', cur[1], 0} end
 end
 if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1], 0} end
@@ -215,7 +216,7 @@ return {'ok', token, record}
 RENEW = r"""
 local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
 local s = standing(h[1], h[2], h[3], ARGV[1])
-if s == 'cancelled' then return 1 end
+if s == $CANCELLED then return 1 end
 if s ~= 'ok' then return -1 end
 redis.call('HSET', KEYS[1], 'lease', ms(clock() + tonumber(ARGV[2])))
 return 0
@@ -227,7 +228,7 @@ return 0
 PROGRESS = r"""
 local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
 local s = standing(h[1], h[2], h[3], ARGV[1])
-if s == 'cancelled' then return 1 end
+if s == $CANCELLED then return 1 end
 if s ~= 'ok' then return -1 end
 local now = ms(clock())
 local sets = {'updated', now}
@@ -244,7 +245,7 @@ return 0
 STEP = r"""
 local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
 local s = standing(h[1], h[2], h[3], ARGV[1])
-if s == 'cancelled' then return {'cancelled', ''} end
+if s == $CANCELLED then return {$CANCELLED, ''} end
 if s ~= 'ok' then return {'fenced', ''} end
 if redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[3]) == 0 then
   return {'exists', redis.call('HGET', KEYS[3], ARGV[2])}
@@ -263,7 +264,7 @@ if not h[1] or h[2] ~= ARGV[2] then return 'missing' end
 if h[4] == ARGV[1] then return h[5] end
 if not in_csv(h[1], $CANCELLABLE) then return 'terminal' end
 local now = ms(clock())
-local sets = {'state', $CANCELLED, 'updated', now, 'msg', 'Cancelled.', 'rid', ARGV[1], 'rout', 'cancelled'}
+local sets = {'state', $CANCELLED, 'updated', now, 'msg', 'Cancelled.', 'rid', ARGV[1], 'rout', $CANCELLED}
 if h[1] == $RUNNING then
   local token = h[3] or '0'
   table.insert(sets, 'ctok'); table.insert(sets, token)
@@ -272,7 +273,7 @@ end
 redis.call('HSET', KEYS[1], unpack(sets))
 redis.call('HDEL', KEYS[1], 'inreq', 'lease', 'worker')
 emit(now, true)
-return 'cancelled'
+return $CANCELLED
 """
 
 # ARGV: request id, owner, then key/JSON answer pairs. Unknown and already answered keys are ignored.
@@ -308,10 +309,10 @@ if open > 0 then
   return reply
 end
 redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', now, 'msg', 'Input received; resuming.',
-           'rid', ARGV[1], 'rout', '["queued",0]')
+           'rid', ARGV[1], 'rout', cjson.encode({$QUEUED, 0}))
 redis.call('HDEL', KEYS[1], 'inreq')
 emit(now, false)
-return {'queued', 0}
+return {$QUEUED, 0}
 """
 
 # ARGV: request id, queued grace ms, max attempts, abandoned error json, messages ever pushed to the

@@ -273,7 +273,7 @@ class JobService:
                 raise JobNotFound()
             if outcome == "conflict":
                 raise NotWaitingForInput()
-            if outcome == "queued":
+            if outcome == JobState.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
                     self._publish(resumed)
