@@ -1,10 +1,12 @@
 """The sweeper: the safety net under at-least-once delivery.
 
 It republishes jobs stuck in `queued` (a publish that was lost, or a message lost in the broker's
-fetch window), requeues jobs whose worker died (lease lapsed), fails jobs that used up their attempts,
-and finishes cancellations whose worker died. Jobs past their TTL simply expire in Redis; a worker
-still running one finds it gone at its next write and stops. Every decision is one Lua script, so
-any number of sweepers may run at once; a short lock only saves them from duplicate work.
+fetch window; not jobs whose message waits behind others, see `lua.SWEEP_ONE`), requeues jobs whose
+worker died (lease lapsed) and fails jobs that used up their attempts. Jobs past their TTL simply
+expire in Redis; a worker still running one finds it gone at its next write and stops. Every decision
+is one Lua script on Redis's clock, so any number of sweepers may run at once, whatever their own
+clocks say; a short lock only saves them from duplicate work. An entry is moved or dropped only if
+nobody wrote it since the sweeper read it (an answer may have queued the job meanwhile).
 """
 
 from __future__ import annotations
