@@ -204,7 +204,9 @@ end
 redis.call('HSET', KEYS[1], unpack(sets))
 -- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply, and the
 -- sweeper's mark of where the last message stood in the queue belongs to the last time it was queued.
-if h.msg or h.mark then redis.call('HDEL', KEYS[1], 'msg', 'mark'); h.msg = nil; h.mark = nil end
+if h.msg or h.mark or h.gone then
+  redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone'); h.msg = nil; h.mark = nil; h.gone = nil
+end
 feed(ms(now), $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
 local record = {}
 for name, value in pairs(h) do table.insert(record, name); table.insert(record, value) end
@@ -322,10 +324,12 @@ return {$QUEUED, 0}
 # A queued job is republished only when its message was lost, not when it waits behind others. With
 # the counts of the Redis broker, messages that have left the queue = pushed - waiting. The first look
 # past grace marks the job with `pushed`: its message, if ever sent, is among those. Once as many have
-# left, the message has been taken, and a job still queued then lost it (a lost publish, or a message
-# lost in a worker's fetch window). Other brokers: republish after grace, 2x grace, 4x grace, ...
+# left, the message has been taken; the worker that took it gets a grace to claim the job (`gone` says
+# since when), and a job still queued after that lost its message (a lost publish, or a message lost in
+# a worker's fetch window). Other brokers: republish after grace, 2x grace, 4x grace, ...
 SWEEP_ONE = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rid', 'rout')
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rid', 'rout',
+                     'gone')
 local state = h[1]
 if not state then return {'gone', 0, ''} end
 if h[8] == ARGV[1] then return cjson.decode(h[9]) end
@@ -351,7 +355,13 @@ if state == $QUEUED then
     elseif left < mark then
       return {'later', ms(now + grace), h[6]}
     end
-    redis.call('HDEL', KEYS[1], 'mark')
+    local gone = tonumber(h[10])
+    if gone == nil then
+      redis.call('HSET', KEYS[1], 'gone', ms(now))
+      return {'later', ms(now + grace), h[6]}
+    end
+    if gone + grace > now then return {'later', ms(gone + grace), h[6]} end
+    redis.call('HDEL', KEYS[1], 'mark', 'gone')
     return remember({'republish', ms(now + grace), h[6]})
   end
   local repub = tonumber(h[5] or 0)
@@ -370,7 +380,7 @@ if tonumber(h[3] or 0) >= tonumber(ARGV[3]) then
   return remember({'done', 0, h[6]})
 end
 redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', ms(now), 'msg', 'Worker lost; requeued.', 'repub', 0)
-redis.call('HDEL', KEYS[1], 'lease', 'worker', 'mark')
+redis.call('HDEL', KEYS[1], 'lease', 'worker', 'mark', 'gone')
 emit(ms(now), false)
 return remember({'republish', ms(now + grace), h[6]})
 """

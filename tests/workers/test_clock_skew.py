@@ -97,8 +97,10 @@ def test_a_worker_40s_behind_keeps_its_leases_and_runs_each_job_once(skewed: Clu
         done = service.get(ALICE, job_id)
         assert (done.state, done.attempts, done.error) == (JobState.COMPLETED, 1, None), done
         assert len(starts(ledger)) == 1 and effects(ledger) == [0, 1, 2]
-    counts = store.redis.hgetall(sweeps)
-    assert "republish" not in counts, counts
+        # Never requeued (a message republished before the first claim would be harmless, and is not
+        # what this test is about: a slow pool process may take longer than the grace to claim).
+        assert [e.message for e in store.events(job_id, "0-0", 0) if e.state is JobState.QUEUED
+                and e.message] == [], job_id
     assert worker.alive()
     stamps = [json.loads(line)["ts"] for line in worker.output().splitlines() if line.startswith('{"ts"')]
     earliest = min(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() for ts in stamps)
