@@ -10,8 +10,9 @@ Three rules hold for every script:
   expiry, due times) is `redis.call('TIME')`, never a host's clock, so a worker whose clock is off
   cannot make a lease look lapsed to a sweeper.
 - Applied twice, a script gives the same outcome: redis-py sends a command again after a connection
-  error, so a script whose reply was lost runs twice. A caller passes a request id (`rid`); a script
-  that changes a job remembers the last id and its reply in the job hash, and a replay answers that.
+  error, so a script whose reply was lost runs twice. A caller passes a request id; a script that
+  changes a job remembers the last id and its reply in the job hash (one short field, `rq`, which
+  every finished job keeps), and a replay answers that.
 - Which states may follow which is decided by `domain.ALLOWED_TRANSITIONS` only: the state names in
   the scripts are `$NAME` placeholders rendered from `JobState` at import, and sets of states
   (`$TERMINAL`, `$CANCELLABLE`, ...) are rendered from the table.
@@ -90,6 +91,13 @@ local function apply_fields(from, sets)
   return changed
 end
 
+-- The reply remembered for request `rid` in `rq` ('<request id> <reply>'), or nil for another request.
+local function replayed(rq, rid)
+  if not rq or rid == '' then return nil end
+  if string.sub(rq, 1, #rid + 1) == rid .. ' ' then return string.sub(rq, #rid + 2) end
+  return nil
+end
+
 -- A worker's standing on the job, from its fencing token `mine`: it holds the job ('ok'), its run was
 -- cancelled by the owner (cancelled: cancelling a run moves its token on and keeps the old one as
 -- `ctok`), or it lost the job to a lapsed lease, expiry or another worker ('lost'). Outcomes that
@@ -105,13 +113,13 @@ end
 # `updated` from Redis's clock and returns that time (the replay of its own request returns the same);
 # nil if another request made the job. The hot path of every submit: a handful of calls, nothing read back.
 CREATE = r"""
-local prev = redis.call('HMGET', KEYS[1], 'rid', 'created')
+local prev = redis.call('HMGET', KEYS[1], 'rq', 'created')
 if prev[2] then
-  if prev[1] == ARGV[1] then return prev[2] end
+  if replayed(prev[1], ARGV[1]) then return prev[2] end
   return false
 end
 local now = ms(clock())
-redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rid', ARGV[1], unpack(ARGV, 3))
+redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', ARGV[1] .. ' ', unpack(ARGV, 3))
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[4], 'u', now)
 local exp = tonumber(now) + tonumber(ARGV[2])
 redis.call('PEXPIREAT', KEYS[1], exp)
@@ -143,10 +151,11 @@ return false
 # Returns {outcome, state before, time of the change}: ok | missing | fenced | cancelled | illegal.
 TRANSITION = r"""
 local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner', 'msg', 'done', 'total', 'created', 'ttl',
-                       'ckpt', 'ctok', 'rid', 'rout')
+                       'ckpt', 'ctok', 'rq', 'updated')
 if not cur[1] then return {'missing', '', 0} end
 if ARGV[5] ~= '' and cur[3] ~= ARGV[5] then return {'missing', '', 0} end
-if ARGV[1] ~= '' and cur[11] == ARGV[1] then return cjson.decode(cur[12]) end
+local again = replayed(cur[11], ARGV[1])
+if again then return {'ok', again, cur[12]} end
 if ARGV[2] ~= '' then
   local s = standing(cur[1], cur[2], cur[10], ARGV[2])
   if s == $CANCELLED then return {$CANCELLED, cur[1], 0} end
@@ -154,15 +163,14 @@ if ARGV[2] ~= '' then
 end
 if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1], 0} end
 local now = ms(clock())
-local reply = {'ok', cur[1], now}
-local changed = apply_fields(6, {'state', ARGV[3], 'updated', now, 'rid', ARGV[1], 'rout', cjson.encode(reply)})
+local changed = apply_fields(6, {'state', ARGV[3], 'updated', now, 'rq', ARGV[1] .. ' ' .. cur[1]})
 local function after(name, before)
   if changed[name] == nil then return before end
   return changed[name]
 end
 feed(now, ARGV[3], after('msg', cur[4]), after('done', cur[5]), after('total', cur[6]),
      tonumber(cur[7]) + tonumber(cur[8]), in_csv(ARGV[3], $TERMINAL), cur[9])
-return reply
+return {'ok', cur[1], now}
 """
 
 # ARGV: request id, lease ms, worker name, max attempts, exhausted error json.
@@ -173,11 +181,9 @@ local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local h = {}
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
-if h.rid == ARGV[1] then
-  local reply = cjson.decode(h.rout)
-  if reply[1] == 'ok' then return {'ok', h.token, flat} end
-  return reply
-end
+local again = replayed(h.rq, ARGV[1])
+if again == 'ok' then return {'ok', h.token, flat} end
+if again then return {again, 0} end
 local state = h.state
 if in_csv(state, $TERMINAL) then return {'terminal', 0} end
 local now = clock()
@@ -188,15 +194,15 @@ elseif not in_csv(state, $CLAIMABLE) then
 end
 local attempts = tonumber(h.attempts or 0) + 1
 if attempts > tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], 'state', $FAILED, 'updated', ms(now), 'error', ARGV[5], 'rid', ARGV[1],
-             'rout', '["exhausted",0]')
+  redis.call('HSET', KEYS[1], 'state', $FAILED, 'updated', ms(now), 'error', ARGV[5],
+             'rq', ARGV[1] .. ' exhausted')
   redis.call('HDEL', KEYS[1], 'lease', 'worker')
   emit(ms(now), true)
   return {'exhausted', 0}
 end
 local token = tostring(tonumber(h.token or 0) + 1)
 local claimed = {state = $RUNNING, updated = ms(now), token = token, lease = ms(now + tonumber(ARGV[2])),
-                 attempts = tostring(attempts), worker = ARGV[3], rid = ARGV[1], rout = '["ok"]'}
+                 attempts = tostring(attempts), worker = ARGV[3], rq = ARGV[1] .. ' ok'}
 local sets = {}
 for name, value in pairs(claimed) do
   h[name] = value; table.insert(sets, name); table.insert(sets, value)
@@ -261,12 +267,13 @@ return {'ok', ARGV[3]}
 # Any job that may still change is cancelled at once; a running one's worker is fenced out (its token
 # moves on) and stops at its next cancellation point, recording nothing more.
 CANCEL = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'token', 'rid', 'rout')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'token', 'rq')
 if not h[1] or h[2] ~= ARGV[2] then return 'missing' end
-if h[4] == ARGV[1] then return h[5] end
+local again = replayed(h[4], ARGV[1])
+if again then return again end
 if not in_csv(h[1], $CANCELLABLE) then return 'terminal' end
 local now = ms(clock())
-local sets = {'state', $CANCELLED, 'updated', now, 'msg', 'Cancelled.', 'rid', ARGV[1], 'rout', $CANCELLED}
+local sets = {'state', $CANCELLED, 'updated', now, 'msg', 'Cancelled.', 'rq', ARGV[1] .. ' ' .. $CANCELLED}
 if h[1] == $RUNNING then
   local token = h[3] or '0'
   table.insert(sets, 'ctok'); table.insert(sets, token)
@@ -282,9 +289,10 @@ return $CANCELLED
 # Returns {outcome, open count}: queued | waiting | conflict | missing. The caller puts the job on the
 # sweep schedule in the same round trip, before this script, so a job it queues always has an entry.
 INPUT = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq', 'rid', 'rout')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq', 'rq')
 if not h[1] or h[2] ~= ARGV[2] then return {'missing', 0} end
-if h[4] == ARGV[1] then return cjson.decode(h[5]) end
+local again = replayed(h[4], ARGV[1])
+if again then return cjson.decode(again) end
 if h[1] ~= $INPUT_REQUIRED then return {'conflict', 0} end
 local requests = cjson.decode(h[3] or '{}')
 local changed = false
@@ -303,7 +311,7 @@ local now = ms(clock())
 if open > 0 then
   -- Partly answered: the job shows only the questions still open.
   local reply = {'waiting', open}
-  redis.call('HSET', KEYS[1], 'rid', ARGV[1], 'rout', cjson.encode(reply))
+  redis.call('HSET', KEYS[1], 'rq', ARGV[1] .. ' ' .. cjson.encode(reply))
   if changed then
     redis.call('HSET', KEYS[1], 'inreq', cjson.encode(still), 'updated', now)
     emit(now, false)
@@ -311,7 +319,7 @@ if open > 0 then
   return reply
 end
 redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', now, 'msg', 'Input received; resuming.',
-           'rid', ARGV[1], 'rout', cjson.encode({$QUEUED, 0}))
+           'rq', ARGV[1] .. ' ' .. cjson.encode({$QUEUED, 0}))
 redis.call('HDEL', KEYS[1], 'inreq')
 emit(now, false)
 return {$QUEUED, 0}
@@ -328,15 +336,15 @@ return {$QUEUED, 0}
 # since when), and a job still queued after that lost its message (a lost publish, or a message lost in
 # a worker's fetch window). Other brokers: republish after grace, 2x grace, 4x grace, ...
 SWEEP_ONE = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rid', 'rout',
-                     'gone')
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rq', 'gone')
 local state = h[1]
 if not state then return {'gone', 0, ''} end
-if h[8] == ARGV[1] then return cjson.decode(h[9]) end
+local again = replayed(h[8], ARGV[1])
+if again then return cjson.decode(again) end
 local now = clock()
 local grace = tonumber(ARGV[2])
 local function remember(reply)
-  redis.call('HSET', KEYS[1], 'rid', ARGV[1], 'rout', cjson.encode(reply))
+  redis.call('HSET', KEYS[1], 'rq', ARGV[1] .. ' ' .. cjson.encode(reply))
   return reply
 end
 if state == $QUEUED then
@@ -355,7 +363,7 @@ if state == $QUEUED then
     elseif left < mark then
       return {'later', ms(now + grace), h[6]}
     end
-    local gone = tonumber(h[10])
+    local gone = tonumber(h[9])
     if gone == nil then
       redis.call('HSET', KEYS[1], 'gone', ms(now))
       return {'later', ms(now + grace), h[6]}

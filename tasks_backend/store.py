@@ -7,6 +7,7 @@ add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis res
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -76,8 +77,10 @@ def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
 
 
 def new_request_id() -> str:
-    """An id for one request to a script, unique across processes (a replay carries the same one)."""
-    return os.urandom(9).hex()
+    """An id for one request to a script (a replay carries the same one). It is only ever compared with
+    the last request that changed the same job, so 48 random bits are plenty, and every finished job
+    keeps one: short, for memory."""
+    return base64.urlsafe_b64encode(os.urandom(6)).decode()
 
 
 @contextmanager
