@@ -8,15 +8,18 @@ from flask import Blueprint, Response, current_app, jsonify
 
 import tasks_backend
 from tasks_backend.runtime import Runtime
+from tasks_backend.states import WIRE_STATUS
 
 bp = Blueprint("openapi", __name__)
+#: The statuses a handle may show, in the state table's order.
+WIRE_STATUSES = list(dict.fromkeys(WIRE_STATUS.values()))
 
 _HANDLE = {
     "type": "object",
     "required": ["taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"],
     "properties": {
         "taskId": {"type": "string", "format": "uuid"},
-        "status": {"type": "string", "enum": ["working", "input_required", "completed", "failed", "cancelled"]},
+        "status": {"type": "string", "enum": WIRE_STATUSES},
         "statusMessage": {"type": "string"},
         "createdAt": {"type": "string", "format": "date-time"},
         "lastUpdatedAt": {"type": "string", "format": "date-time"},

@@ -12,10 +12,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tasks_backend.domain import JobState, now_ms
+from tasks_backend.domain import JobState
 from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
-from tasks_backend.store import TERMINAL_CSV, RedisStore
+from tasks_backend.store import RedisStore, new_request_id
 
 RESULT = json.dumps({"ok": True})
 WORKER = "bench-host:1"
@@ -30,14 +30,25 @@ class _NoDispatch:
     def ping(self) -> bool:
         return True
 
+    def backlog(self) -> tuple[int, int] | None:
+        return None
+
+
+class _Reply(tuple[str, str, str]):
+    """Read as a transition's reply, and as a createdAt by create (`int()`)."""
+
+    def __int__(self) -> int:
+        return 0
+
 
 class _Batched(RedisStore):
     """A store whose round trips are collected, then sent as one pipeline by `flush`."""
 
     # A stand-in reply that reads as success to the calls made through `_run` here: create reads
-    # [1] (None: created), transition reads [0] = (outcome, state before). The claim is queued with
+    # [0] (createdAt) and [1] (None: created), transition reads [0] = (outcome, state before, time).
+    # Times are Redis's; the stand-in's only feeds the record the submit returns. The claim is queued with
     # `claim_later`, which reads nothing. The real replies are checked in `flush` (errors raise).
-    _REPLY: list[Any] = [("ok", "running"), None]
+    _REPLY: list[Any] = [_Reply(("ok", "running", "0")), None]
 
     def __init__(self, store: RedisStore) -> None:
         super().__init__(store.redis, store.keys, max_ttl_ms=store.max_ttl_ms)
@@ -50,9 +61,8 @@ class _Batched(RedisStore):
 
     def claim_later(self, job_id: str, *, lease_ms: int, max_attempts: int) -> None:
         """The product's claim script, queued for the next flush (its reply is not needed here)."""
-        self._builds.append(lambda p: self._eval(p, "claim", self.keys.job_keys(job_id), now_ms(), lease_ms,
-                                                 WORKER, max_attempts, TERMINAL_CSV,
-                                                 '{"message": "", "type": ""}'))
+        self._builds.append(lambda p: self._eval(p, "claim", self.keys.job_keys(job_id), new_request_id(),
+                                                 lease_ms, WORKER, max_attempts, '{"message": "", "type": ""}'))
 
     def flush(self) -> None:
         pipe = self.redis.pipeline(transaction=False)
@@ -72,8 +82,7 @@ def finished_handles(runtime: Runtime, start: int, count: int, *, owner: Callabl
     for n in range(start, start + count):
         record, _ = service.submit(owner(n), "bench.noop", {})
         store.claim_later(record.id, lease_ms=lease_ms, max_attempts=runtime.settings.max_attempts)
-        store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": ""},
-                         now_ms=now_ms())
+        store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": ""})
         ids.append(record.id)
         if len(ids) % batch == 0:
             store.flush()

@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from .domain import TERMINAL_STATES, JobState
 from .errors import (
     PROBLEM_TYPE_BASE,
     Conflict,
@@ -33,6 +34,7 @@ from .errors import (
     TasksBackendError,
     error_for_slug,
 )
+from .states import WIRE_STATUS
 
 __all__ = [
     "AsyncClient",
@@ -44,9 +46,12 @@ __all__ = [
     "ServerUnreachable",
 ]
 
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: Wire statuses of finished jobs, from the state table.
+TERMINAL = frozenset(WIRE_STATUS[s] for s in TERMINAL_STATES)
+COMPLETED, FAILED, CANCELLED, INPUT_REQUIRED = (
+    WIRE_STATUS[s] for s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.INPUT_REQUIRED))
 #: Statuses at which `wait` stops: the job is done or needs a person.
-SETTLED = TERMINAL | {"input_required"}
+SETTLED = TERMINAL | {INPUT_REQUIRED}
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -169,11 +174,11 @@ def _backoff(attempt: int, response: httpx.Response | None) -> float:
 
 
 def _result_of(job: Job) -> Any:
-    if job.status == "completed":
+    if job.status == COMPLETED:
         return job.result
-    if job.status == "failed":
+    if job.status == FAILED:
         raise JobFailed(job)
-    if job.status == "cancelled":
+    if job.status == CANCELLED:
         raise JobCancelled(job)
     raise Conflict(f"The job is {job.status}; it has no result yet.")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 import uuid
 from typing import Any, Protocol
 
@@ -18,9 +19,12 @@ from celery import Celery
 
 from .config import Settings
 from .errors import DispatchUnavailable
+from .keys import Keys
 from .store import keepalive_options
 
 RUN_TASK = "tasks_backend.run"
+#: How often a process renews the TTL of the queue's push counter.
+PUSHES_TTL_RENEW_S = 60.0
 log = logging.getLogger(__name__)
 
 
@@ -79,6 +83,11 @@ class Dispatcher(Protocol):
 
     def ping(self) -> bool: ...
 
+    def backlog(self) -> tuple[int, int] | None:
+        """(messages ever pushed to the job queue, messages waiting in it), or None if the broker
+        cannot tell; the sweeper tells a job waiting behind others from one whose message was lost."""
+        ...
+
 
 class CeleryDispatcher:
     """Publishes by task name; the message carries only the job id (params stay in Redis)."""
@@ -98,6 +107,9 @@ class CeleryDispatcher:
             log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
             raise DispatchUnavailable() from exc
 
+    def backlog(self) -> tuple[int, int] | None:
+        return None  # the sweeper falls back to republishing with a time backoff
+
     def ping(self) -> bool:
         try:
             with self.app.connection_for_write() as conn:
@@ -115,6 +127,11 @@ class RedisDispatcher(CeleryDispatcher):
     indexes it and enqueues it in one round trip (`enqueue_in`). The message is the one Celery would
     send, minus the `task-sent` event: Flower lists a job from the worker's `task-received` on.
     Delayed publishes (retries with backoff) go through Celery, which knows how to carry an ETA.
+
+    Every push of a job message also counts one on a counter next to the queue, in the same round
+    trip, so `pushed - LLEN` is how many messages have left the queue. The count is a lower bound
+    (kombu's restores of unacknowledged messages push uncounted), which only makes the sweeper wait
+    longer before it republishes, never sooner.
     """
 
     def __init__(self, settings: Settings, broker: redis.Redis, *, shares_store: bool, app: Celery | None = None,
@@ -126,6 +143,8 @@ class RedisDispatcher(CeleryDispatcher):
         self._headers = {k: v for k, v in template.headers.items() if k not in ("id", "root_id")}
         self._headers["ignore_result"] = True
         self._delivery_info = {"exchange": "", "routing_key": settings.queue}
+        self._pushes = Keys(settings.key_prefix).queue_pushes(settings.queue)
+        self._ttl_renewed = -PUSHES_TTL_RENEW_S
 
     def message(self, job_id: str, operation: str) -> str:
         body = json.dumps([[job_id], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}])
@@ -144,16 +163,43 @@ class RedisDispatcher(CeleryDispatcher):
     def enqueue_in(self, pipe: Any, job_id: str, operation: str) -> None:
         """Add the publish to a pipeline on the store's connection (only when `shares_store`)."""
         pipe.lpush(self.settings.queue, self.message(job_id, operation))
+        self._count_push(pipe)
+
+    def _count_push(self, pipe: Any) -> None:
+        # After the push: a count lost with the connection only undercounts (see the class doc).
+        pipe.incr(self._pushes)
+        now = time.monotonic()
+        if now - self._ttl_renewed >= PUSHES_TTL_RENEW_S:  # a TTL of weeks needs no renewal per push
+            self._ttl_renewed = now
+            pipe.pexpire(self._pushes, int(self.settings.max_ttl_s * 1000) + 86_400_000)
 
     def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
-        if countdown_s:
-            super().publish(job_id, operation, countdown_s)
-            return
         try:
-            self.broker.lpush(self.settings.queue, self.message(job_id, operation))
+            if countdown_s:
+                super().publish(job_id, operation, countdown_s)
+                # Celery pushed the message (held by a worker until its ETA); count it, in a round trip
+                # of its own: retries are not a hot path.
+                pipe = self.broker.pipeline(transaction=False)
+                self._count_push(pipe)
+                pipe.execute()
+                return
+            pipe = self.broker.pipeline(transaction=False)
+            pipe.lpush(self.settings.queue, self.message(job_id, operation))
+            self._count_push(pipe)
+            pipe.execute()
         except redis.RedisError as exc:
             log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
             raise DispatchUnavailable() from exc
+
+    def backlog(self) -> tuple[int, int] | None:
+        try:
+            pipe = self.broker.pipeline(transaction=False)
+            pipe.get(self._pushes)
+            pipe.llen(self.settings.queue)
+            pushed, waiting = pipe.execute()
+        except redis.RedisError as exc:
+            raise DispatchUnavailable() from exc
+        return int(pushed or 0), int(waiting or 0)
 
     def ping(self) -> bool:
         """Ask the connection the publishes use (and its fail-fast timeouts), not a new kombu one."""

@@ -88,7 +88,6 @@ class JobRecord:
     result: Any = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
-    cancel_requested: bool = False
     attempts: int = 0
     retries: int = 0
     token: int = 0
@@ -137,7 +136,6 @@ class JobRecord:
             result=js("result"),
             error=js("error"),
             input_requests=js("inreq"),
-            cancel_requested=raw.get("cancel") == "1",
             attempts=int(raw.get("attempts") or 0),
             retries=int(raw.get("retries") or 0),
             token=int(raw.get("token") or 0),

@@ -8,6 +8,7 @@ worker to the pool.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -26,7 +27,7 @@ from .domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from .errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from .registry import JobSpec, Registry
 from .stats import JobStats
-from .store import RedisStore
+from .store import RedisStore, new_request_id
 
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
@@ -37,7 +38,7 @@ TICK_S = 1.0
 
 # Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
 class JobCancelled(BaseException):
-    """Raised at a cancellation point after the job was asked to stop."""
+    """Raised at a cancellation point once the owner cancelled the job (it is `cancelled` already)."""
 
 
 class LeaseLost(BaseException):
@@ -80,7 +81,7 @@ class Lease:
         if state < 0:
             self.lost.set()
         elif state == 1:
-            self.cancelled.set()
+            self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
 
 
 class LeaseKeeper:
@@ -127,8 +128,7 @@ class LeaseKeeper:
             if not held:
                 continue
             try:
-                states = self.store.renew_many([(h.job_id, h.token) for h in held], now_ms=now_ms(),
-                                               lease_ms=self.lease_ms)
+                states = self.store.renew_many([(h.job_id, h.token) for h in held], lease_ms=self.lease_ms)
             except StoreUnavailable:
                 continue
             for lease, state in zip(held, states, strict=True):
@@ -159,8 +159,7 @@ class JobContext:
             return
         self._last_progress = now
         try:
-            state = self._store.progress(self.job_id, self._token, now_ms=now_ms(), message=message,
-                                         done=done, total=total)
+            state = self._store.progress(self.job_id, self._token, message=message, done=done, total=total)
         except StoreUnavailable:
             return  # progress is advisory; the next call or the outcome will carry on
         self._observe(state)
@@ -184,9 +183,9 @@ class JobContext:
     def check_cancelled(self) -> None:
         """A cancellation point: raises if the job was cancelled or this worker lost it."""
         if self.cancelled:
-            if self._keeper.lost.is_set():
-                raise LeaseLost()
-            raise JobCancelled()
+            if self._keeper.cancelled.is_set():
+                raise JobCancelled()
+            raise LeaseLost()
 
     # -- durability --------------------------------------------------------------
     def step(self, name: str, fn: Callable[[], T]) -> T:
@@ -198,8 +197,10 @@ class JobContext:
         value = fn()
         encoded = json.dumps(value)
         outcome, stored = _durable(
-            lambda: self._store.record_step(self.job_id, self._token, name, encoded, now_ms=now_ms()),
-            self._tolerance)
+            lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
+        if outcome == JobState.CANCELLED:
+            self._keeper.cancelled.set()
+            raise JobCancelled()
         if outcome == "fenced":
             raise LeaseLost()
         return json.loads(stored)  # type: ignore[no-any-return]
@@ -266,7 +267,7 @@ class Executor:
     def run(self, job_id: str) -> str:
         """Run the job if it is ours to run; returns what happened (for logs and tests)."""
         outcome, record = self.store.claim(
-            job_id, now_ms=now_ms(), lease_ms=self.lease_ms, worker=self.name,
+            job_id, lease_ms=self.lease_ms, worker=self.name,
             max_attempts=self.settings.max_attempts,
             exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
                                         "the worker running it was lost each time.", "type": "WorkerLost"})
@@ -291,7 +292,7 @@ class Executor:
                 "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
                 "attempts": "0"})
         except JobCancelled:
-            return self._finish(record, token, JobState.CANCELLED, {"msg": "Cancelled.", "lease": "", "worker": ""})
+            return self._cancelled(record)
         except LeaseLost:
             return "lost"
         except Exception as exc:
@@ -310,23 +311,30 @@ class Executor:
         if retries >= spec.max_retries:
             return None
         delay = spec.retry_backoff_s * (2**retries)
+        # The sweep entry rides with the move into `queued`: if the publish below never happens, the
+        # sweeper republishes once the delay and the grace have passed.
         outcome = self._finish(record, token, JobState.QUEUED, {
             "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
-            "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."})
-        if outcome == "queued":
-            self.store.reschedule_sweep(record.id, now_ms() + int(1000 * (delay + self.settings.queued_grace_s)))
+            "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."},
+            sweep_in_ms=int(1000 * (delay + self.settings.queued_grace_s)))
+        if outcome == JobState.QUEUED:
             try:
                 self.dispatcher.publish(record.id, record.operation, countdown_s=delay)
             except DispatchUnavailable:
-                self.store.reschedule_sweep(record.id, now_ms() + int(1000 * delay))
+                with contextlib.suppress(StoreUnavailable):
+                    self.store.schedule_sweep(record.id, int(1000 * delay))
         return outcome
 
-    def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str]) -> str:
-        at = now_ms()
+    def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str],
+                sweep_in_ms: int | None = None) -> str:
         terminal = target in TERMINAL_STATES
-        outcome, _ = _durable(lambda: self.store.transition(
-            record.id, target, token=token, fields=fields, now_ms=at, unschedule=not terminal),
-            self.settings.lease_s * 10)
+        # One request id across the retries below: a retry of a change that was applied answers "ok".
+        request_id = new_request_id()
+        outcome, _, at = _durable(lambda: self.store.transition(
+            record.id, target, token=token, fields=fields, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
+            request_id=request_id), self.settings.lease_s * 10)
+        if outcome == JobState.CANCELLED:
+            return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome != "ok":
             return outcome
         self.stats.note_outcome(record, target, at)
@@ -334,6 +342,13 @@ class Executor:
             with self._finished_lock:
                 self._finished.append(record.id)
         return target.value
+
+    def _cancelled(self, record: JobRecord) -> str:
+        """The owner cancelled this run (the job is `cancelled` already): count it, record nothing."""
+        self.stats.note_outcome(record, JobState.CANCELLED, now_ms())
+        with self._finished_lock:
+            self._finished.append(record.id)
+        return JobState.CANCELLED.value
 
 
 def _error(exc: BaseException) -> dict[str, Any]:

@@ -71,6 +71,11 @@ class Keys:
         """Jobs with push configs whose feed a worker must look at, scored by when (ms)."""
         return f"{self.prefix}:push:due"
 
+    def queue_pushes(self, queue: str) -> str:
+        """How many job messages were ever pushed to the broker list `queue` (a counter, in the broker's
+        Redis, next to the list; see `RedisDispatcher`)."""
+        return f"{self.prefix}:pushes:{queue}"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
 

@@ -1,18 +1,45 @@
 """The Lua scripts behind every state change.
 
-Each script touches one job's keys only (KEYS = job, events, steps, answers; one hash tag) or one
-owner's keys only, so every script runs in a single Redis Cluster slot. A script that changes a job
-gives every key it may have created the job's absolute expiry, appends one entry to the event feed,
-and checks the fencing token where the caller is a worker. The hot scripts (claim, transition) read
-the job once and write it once: each `redis.call` costs more than the Lua around it. Which states may
-follow which is not decided here: the caller passes the allowed source states, derived from
-`domain.ALLOWED_TRANSITIONS`.
+Each job script touches one job's keys only (KEYS = job, events, steps, answers; one hash tag); the
+schedule scripts touch one global sorted set only; so every script runs in a single Redis Cluster slot.
+A script that changes a job gives every key it may have created the job's absolute expiry, appends
+one entry to the event feed, and checks the fencing token where the caller is a worker.
+
+Three rules hold for every script:
+- Redis is the one clock: every time a script writes or compares (leases, `created`, `updated`,
+  expiry, due times) is `redis.call('TIME')`, never a host's clock, so a worker whose clock is off
+  cannot make a lease look lapsed to a sweeper.
+- Applied twice, a script gives the same outcome: redis-py sends a command again after a connection
+  error, so a script whose reply was lost runs twice. A caller passes a request id; a script that
+  changes a job remembers the last id and its reply in the job hash (one short field, `rq`, which
+  every finished job keeps), and a replay answers that.
+- Which states may follow which is decided by `domain.ALLOWED_TRANSITIONS` only: the state names in
+  the scripts are `$NAME` placeholders rendered from `JobState` at import, and sets of states
+  (`$TERMINAL`, `$CANCELLABLE`, ...) are rendered from the table.
+
+The hot scripts (claim, transition) read the job once and write it once: each `redis.call` costs
+more than the Lua around it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from string import Template
+
+from .domain import TERMINAL_STATES, JobState, sources_of
+
 # Shared helpers, prepended to every job script.
 _PRELUDE = r"""
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Integers as Redis stores them (tostring would print large numbers in exponent form).
+local function ms(x)
+  return string.format('%d', x)
+end
+
 local function in_csv(value, csv)
   return string.find(',' .. csv .. ',', ',' .. value .. ',', 1, true) ~= nil
 end
@@ -63,153 +90,210 @@ local function apply_fields(from, sets)
   if #dels > 0 then redis.call('HDEL', KEYS[1], unpack(dels)) end
   return changed
 end
+
+-- The reply remembered for request `rid` in `rq` ('<request id> <reply>'), or nil for another request.
+local function replayed(rq, rid)
+  if not rq or rid == '' then return nil end
+  if string.sub(rq, 1, #rid + 1) == rid .. ' ' then return string.sub(rq, #rid + 2) end
+  return nil
+end
+
+-- A worker's standing on the job, from its fencing token `mine`: it holds the job ('ok'), its run was
+-- cancelled by the owner (cancelled: cancelling a run moves its token on and keeps the old one as
+-- `ctok`), or it lost the job to a lapsed lease, expiry or another worker ('lost'). Outcomes that
+-- say a job is now in some state are that state's name.
+local function standing(state, token, ctok, mine)
+  if token == mine and state == $RUNNING then return 'ok' end
+  if ctok == mine and state == $CANCELLED then return $CANCELLED end
+  return 'lost'
+end
 """
 
-# ARGV: now, expiry (createdAt + ttlMs), name/value pairs of the new record (state first).
-# The hot path of every submit: a handful of calls, nothing read back.
+# ARGV: request id, ttl ms, name/value pairs of the new record (state first). Sets `created` and
+# `updated` from Redis's clock and returns that time (the replay of its own request returns the same);
+# nil if another request made the job. The hot path of every submit: a handful of calls, nothing read back.
 CREATE = r"""
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[4], 'u', ARGV[1])
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-redis.call('PEXPIREAT', KEYS[2], ARGV[2])
-return 1
+local prev = redis.call('HMGET', KEYS[1], 'rq', 'created')
+if prev[2] then
+  if replayed(prev[1], ARGV[1]) then return prev[2] end
+  return false
+end
+local now = ms(clock())
+redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', ARGV[1] .. ' ', unpack(ARGV, 3))
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[4], 'u', now)
+local exp = tonumber(now) + tonumber(ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], exp)
+redis.call('PEXPIREAT', KEYS[2], exp)
+return now
 """
 
-# KEYS: owner index [, idempotency key]. ARGV: job id, score, index ttl ms, idem value, idem ttl ms, prune below.
-# Returns nil when indexed, or the existing idempotency value when the key was taken.
+# KEYS: owner index [, idempotency key]. ARGV: job id, index ttl ms, idem value, idem ttl ms, max ttl ms.
+# The job's score is Redis's time in ms with microseconds (quick submissions list in the order made).
+# Returns nil when indexed, or the existing idempotency value when another request took the key.
 OWNER_INDEX = r"""
 if #KEYS == 2 then
-  if not redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[5]) then
-    return redis.call('GET', KEYS[2]) or ''
+  if not redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
+    local held = redis.call('GET', KEYS[2])
+    -- Our own value: this is the replay of a request whose reply was lost.
+    if held ~= ARGV[3] then return held or '' end
   end
 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[6])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+redis.call('ZADD', KEYS[1], string.format('%.3f', now), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[5])))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return false
 """
 
-# ARGV: now, token ('' = not fenced), target state, allowed source states csv, terminal states csv,
-#       owner ('' = any), then name/value pairs.
-# Returns {outcome, state before}: ok | missing | fenced | illegal.
+# ARGV: request id, token ('' = not fenced), target state, allowed source states csv, owner ('' = any),
+#       then name/value pairs.
+# Returns {outcome, state before, time of the change}: ok | missing | fenced | cancelled | illegal.
 TRANSITION = r"""
 local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner', 'msg', 'done', 'total', 'created', 'ttl',
-                       'ckpt')
-if not cur[1] then return {'missing', ''} end
-if ARGV[6] ~= '' and cur[3] ~= ARGV[6] then return {'missing', ''} end
-if ARGV[2] ~= '' and cur[2] ~= ARGV[2] then return {'fenced', cur[1]} end
-if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1]} end
-local changed = apply_fields(7, {'state', ARGV[3], 'updated', ARGV[1]})
+                       'ckpt', 'ctok', 'rq', 'updated')
+if not cur[1] then return {'missing', '', 0} end
+if ARGV[5] ~= '' and cur[3] ~= ARGV[5] then return {'missing', '', 0} end
+local again = replayed(cur[11], ARGV[1])
+if again then return {'ok', again, cur[12]} end
+if ARGV[2] ~= '' then
+  local s = standing(cur[1], cur[2], cur[10], ARGV[2])
+  if s == $CANCELLED then return {$CANCELLED, cur[1], 0} end
+  if s ~= 'ok' then return {'fenced', cur[1], 0} end
+end
+if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1], 0} end
+local now = ms(clock())
+local changed = apply_fields(6, {'state', ARGV[3], 'updated', now, 'rq', ARGV[1] .. ' ' .. cur[1]})
 local function after(name, before)
   if changed[name] == nil then return before end
   return changed[name]
 end
-feed(ARGV[1], ARGV[3], after('msg', cur[4]), after('done', cur[5]), after('total', cur[6]),
-     tonumber(cur[7]) + tonumber(cur[8]), in_csv(ARGV[3], ARGV[5]), cur[9])
-return {'ok', cur[1]}
+feed(now, ARGV[3], after('msg', cur[4]), after('done', cur[5]), after('total', cur[6]),
+     tonumber(cur[7]) + tonumber(cur[8]), in_csv(ARGV[3], $TERMINAL), cur[9])
+return {'ok', cur[1], now}
 """
 
-# ARGV: now, lease ms, worker name, max attempts, terminal csv, exhausted error json.
+# ARGV: request id, lease ms, worker name, max attempts, exhausted error json.
 # Returns {outcome, token[, the claimed record as HGETALL]}: ok | missing | terminal | parked | busy |
-# cancelled | exhausted.
+# exhausted. A running job whose lease lapsed may be claimed again (its worker is fenced by the new token).
 CLAIM = r"""
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local h = {}
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
+local again = replayed(h.rq, ARGV[1])
+if again == 'ok' then return {'ok', h.token, flat} end
+if again then return {again, 0} end
 local state = h.state
-if in_csv(state, ARGV[5]) then return {'terminal', 0} end
-if state == 'input_required' then return {'parked', 0} end
-local now = tonumber(ARGV[1])
-if state == 'running' and tonumber(h.lease or 0) > now then return {'busy', 0} end
-if h.cancel == '1' then
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1])
-  redis.call('HDEL', KEYS[1], 'lease', 'worker')
-  emit(ARGV[1], true)
-  return {'cancelled', 0}
+if in_csv(state, $TERMINAL) then return {'terminal', 0} end
+local now = clock()
+if state == $RUNNING then
+  if tonumber(h.lease or 0) > now then return {'busy', 0} end
+elseif not in_csv(state, $CLAIMABLE) then
+  return {'parked', 0}
 end
 local attempts = tonumber(h.attempts or 0) + 1
 if attempts > tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'updated', ARGV[1], 'error', ARGV[6])
+  redis.call('HSET', KEYS[1], 'state', $FAILED, 'updated', ms(now), 'error', ARGV[5],
+             'rq', ARGV[1] .. ' exhausted')
   redis.call('HDEL', KEYS[1], 'lease', 'worker')
-  emit(ARGV[1], true)
+  emit(ms(now), true)
   return {'exhausted', 0}
 end
 local token = tostring(tonumber(h.token or 0) + 1)
-local claimed = {state = 'running', updated = ARGV[1], token = token,
-                 lease = string.format('%d', now + tonumber(ARGV[2])), attempts = tostring(attempts),
-                 worker = ARGV[3]}
+local claimed = {state = $RUNNING, updated = ms(now), token = token, lease = ms(now + tonumber(ARGV[2])),
+                 attempts = tostring(attempts), worker = ARGV[3], rq = ARGV[1] .. ' ok'}
 local sets = {}
 for name, value in pairs(claimed) do
   h[name] = value; table.insert(sets, name); table.insert(sets, value)
 end
 redis.call('HSET', KEYS[1], unpack(sets))
--- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply.
-if h.msg then redis.call('HDEL', KEYS[1], 'msg'); h.msg = nil end
-feed(ARGV[1], 'running', nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
+-- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply, and the
+-- sweeper's mark of where the last message stood in the queue belongs to the last time it was queued.
+if h.msg or h.mark or h.gone then
+  redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone'); h.msg = nil; h.mark = nil; h.gone = nil
+end
+feed(ms(now), $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
 local record = {}
 for name, value in pairs(h) do table.insert(record, name); table.insert(record, value) end
 return {'ok', token, record}
 """
 
-# ARGV: now, token, lease ms. Returns 1 if cancellation was requested, 0 if not, -1 if fenced or gone.
+# ARGV: token, lease ms. Returns 1 if the run was cancelled, 0 carry on, -1 lost. Applied twice, the
+# lease ends up the same.
 RENEW = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'cancel')
-if h[1] ~= 'running' or h[2] ~= ARGV[2] then return -1 end
-redis.call('HSET', KEYS[1], 'lease', tonumber(ARGV[1]) + tonumber(ARGV[3]))
-if h[3] == '1' then return 1 end
+local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
+local s = standing(h[1], h[2], h[3], ARGV[1])
+if s == $CANCELLED then return 1 end
+if s ~= 'ok' then return -1 end
+redis.call('HSET', KEYS[1], 'lease', ms(clock() + tonumber(ARGV[2])))
 return 0
 """
 
-# ARGV: now, token, message ('' keeps), done ('' keeps), total ('' keeps).
-# Returns like RENEW. Progress is a change of the job, so it moves `updated` and appends to the feed.
+# ARGV: token, message ('' keeps), done ('' keeps), total ('' keeps).
+# Returns like RENEW. Progress is a change of the job, so it moves `updated` and appends to the feed
+# (a replay appends the same figures again, which changes nothing a reader sees).
 PROGRESS = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'cancel')
-if h[1] ~= 'running' or h[2] ~= ARGV[2] then return -1 end
-redis.call('HSET', KEYS[1], 'updated', ARGV[1])
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'msg', ARGV[3]) end
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'done', ARGV[4]) end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'total', ARGV[5]) end
-emit(ARGV[1], false)
-if h[3] == '1' then return 1 end
+local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
+local s = standing(h[1], h[2], h[3], ARGV[1])
+if s == $CANCELLED then return 1 end
+if s ~= 'ok' then return -1 end
+local now = ms(clock())
+local sets = {'updated', now}
+if ARGV[2] ~= '' then table.insert(sets, 'msg'); table.insert(sets, ARGV[2]) end
+if ARGV[3] ~= '' then table.insert(sets, 'done'); table.insert(sets, ARGV[3]) end
+if ARGV[4] ~= '' then table.insert(sets, 'total'); table.insert(sets, ARGV[4]) end
+redis.call('HSET', KEYS[1], unpack(sets))
+emit(now, false)
 return 0
 """
 
-# ARGV: now, token, step name, JSON value. Returns {'ok'|'exists'|'fenced', value}.
+# ARGV: token, step name, JSON value. Returns {'ok'|'exists'|'fenced'|'cancelled', value}; a replay
+# finds its own value and answers 'exists' with it, which the caller reads the same way.
 STEP = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'token')
-if h[1] ~= 'running' or h[2] ~= ARGV[2] then return {'fenced', ''} end
-if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 0 then
-  return {'exists', redis.call('HGET', KEYS[3], ARGV[3])}
+local h = redis.call('HMGET', KEYS[1], 'state', 'token', 'ctok')
+local s = standing(h[1], h[2], h[3], ARGV[1])
+if s == $CANCELLED then return {$CANCELLED, ''} end
+if s ~= 'ok' then return {'fenced', ''} end
+if redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[3]) == 0 then
+  return {'exists', redis.call('HGET', KEYS[3], ARGV[2])}
 end
 redis.call('HSET', KEYS[1], 'ckpt', '1')
 redis.call('PEXPIREAT', KEYS[3], expiry())
-return {'ok', ARGV[4]}
+return {'ok', ARGV[3]}
 """
 
-# ARGV: now, owner, terminal csv. Returns cancelled | requested | terminal | missing.
+# ARGV: request id, owner. Returns cancelled | terminal | missing.
+# Any job that may still change is cancelled at once; a running one's worker is fenced out (its token
+# moves on) and stops at its next cancellation point, recording nothing more.
 CANCEL = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'token', 'rq')
 if not h[1] or h[2] ~= ARGV[2] then return 'missing' end
-if in_csv(h[1], ARGV[3]) then return 'terminal' end
-if h[1] == 'running' then
-  redis.call('HSET', KEYS[1], 'cancel', '1', 'msg', 'Cancellation requested.', 'updated', ARGV[1])
-  emit(ARGV[1], false)
-  return 'requested'
+local again = replayed(h[4], ARGV[1])
+if again then return again end
+if not in_csv(h[1], $CANCELLABLE) then return 'terminal' end
+local now = ms(clock())
+local sets = {'state', $CANCELLED, 'updated', now, 'msg', 'Cancelled.', 'rq', ARGV[1] .. ' ' .. $CANCELLED}
+if h[1] == $RUNNING then
+  local token = h[3] or '0'
+  table.insert(sets, 'ctok'); table.insert(sets, token)
+  table.insert(sets, 'token'); table.insert(sets, tostring(tonumber(token) + 1))
 end
-redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1], 'msg', 'Cancelled.')
+redis.call('HSET', KEYS[1], unpack(sets))
 redis.call('HDEL', KEYS[1], 'inreq', 'lease', 'worker')
-emit(ARGV[1], true)
-return 'cancelled'
+emit(now, true)
+return $CANCELLED
 """
 
-# ARGV: now, owner, then key/JSON answer pairs. Unknown and already answered keys are ignored.
-# Returns {outcome, open count}: queued | waiting | conflict | missing.
+# ARGV: request id, owner, then key/JSON answer pairs. Unknown and already answered keys are ignored.
+# Returns {outcome, open count}: queued | waiting | conflict | missing. The caller puts the job on the
+# sweep schedule in the same round trip, before this script, so a job it queues always has an entry.
 INPUT = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq')
+local h = redis.call('HMGET', KEYS[1], 'state', 'owner', 'inreq', 'rq')
 if not h[1] or h[2] ~= ARGV[2] then return {'missing', 0} end
-if h[1] ~= 'input_required' then return {'conflict', 0} end
+local again = replayed(h[4], ARGV[1])
+if again then return cjson.decode(again) end
+if h[1] ~= $INPUT_REQUIRED then return {'conflict', 0} end
 local requests = cjson.decode(h[3] or '{}')
 local changed = false
 for i = 3, #ARGV, 2 do
@@ -223,53 +307,131 @@ local open, still = 0, {}
 for key, request in pairs(requests) do
   if redis.call('HEXISTS', KEYS[4], key) == 0 then open = open + 1; still[key] = request end
 end
+local now = ms(clock())
 if open > 0 then
   -- Partly answered: the job shows only the questions still open.
+  local reply = {'waiting', open}
+  redis.call('HSET', KEYS[1], 'rq', ARGV[1] .. ' ' .. cjson.encode(reply))
   if changed then
-    redis.call('HSET', KEYS[1], 'inreq', cjson.encode(still), 'updated', ARGV[1])
-    emit(ARGV[1], false)
+    redis.call('HSET', KEYS[1], 'inreq', cjson.encode(still), 'updated', now)
+    emit(now, false)
   end
-  return {'waiting', open}
+  return reply
 end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'updated', ARGV[1], 'msg', 'Input received; resuming.')
+redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', now, 'msg', 'Input received; resuming.',
+           'rq', ARGV[1] .. ' ' .. cjson.encode({$QUEUED, 0}))
 redis.call('HDEL', KEYS[1], 'inreq')
-emit(ARGV[1], false)
-return {'queued', 0}
+emit(now, false)
+return {$QUEUED, 0}
 """
 
-# ARGV: now, queued grace ms, max attempts, abandoned error json.
-# Returns {action, when, operation}: republish | later | done | gone.
+# ARGV: request id, queued grace ms, max attempts, abandoned error json, messages ever pushed to the
+# job's queue and messages waiting in it now ('' and '' when the broker does not say).
+# Returns {action, when (Redis ms), operation}: republish | later | done | gone.
+#
+# A queued job is republished only when its message was lost, not when it waits behind others. With
+# the counts of the Redis broker, messages that have left the queue = pushed - waiting. The first look
+# past grace marks the job with `pushed`: its message, if ever sent, is among those. Once as many have
+# left, the message has been taken; the worker that took it gets a grace to claim the job (`gone` says
+# since when), and a job still queued after that lost its message (a lost publish, or a message lost in
+# a worker's fetch window). Other brokers: republish after grace, 2x grace, 4x grace, ...
 SWEEP_ONE = r"""
-local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'cancel', 'attempts', 'updated', 'repub', 'op')
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rq', 'gone')
 local state = h[1]
 if not state then return {'gone', 0, ''} end
-local now = tonumber(ARGV[1])
-if state == 'queued' then
-  local repub = tonumber(h[6] or 0)
-  local due = tonumber(h[5]) + tonumber(ARGV[2]) * math.pow(2, math.min(repub, 6))
-  if due > now then return {'later', due, h[7]} end
+local again = replayed(h[8], ARGV[1])
+if again then return cjson.decode(again) end
+local now = clock()
+local grace = tonumber(ARGV[2])
+local function remember(reply)
+  redis.call('HSET', KEYS[1], 'rq', ARGV[1] .. ' ' .. cjson.encode(reply))
+  return reply
+end
+if state == $QUEUED then
+  local ready = tonumber(h[4]) + grace
+  if ready > now then return {'later', ms(ready), h[6]} end
+  if ARGV[5] ~= '' then
+    local pushed = tonumber(ARGV[5])
+    local left = pushed - tonumber(ARGV[6])
+    local mark = tonumber(h[7])
+    if mark == nil or mark > pushed then
+      -- First look (or the counter started again): messages still waiting may include this one.
+      if left < pushed then
+        redis.call('HSET', KEYS[1], 'mark', ms(pushed))
+        return {'later', ms(now + grace), h[6]}
+      end
+    elseif left < mark then
+      return {'later', ms(now + grace), h[6]}
+    end
+    local gone = tonumber(h[9])
+    if gone == nil then
+      redis.call('HSET', KEYS[1], 'gone', ms(now))
+      return {'later', ms(now + grace), h[6]}
+    end
+    if gone + grace > now then return {'later', ms(gone + grace), h[6]} end
+    redis.call('HDEL', KEYS[1], 'mark', 'gone')
+    return remember({'republish', ms(now + grace), h[6]})
+  end
+  local repub = tonumber(h[5] or 0)
+  local due = tonumber(h[4]) + grace * math.pow(2, math.min(repub, 6))
+  if due > now then return {'later', ms(due), h[6]} end
   redis.call('HSET', KEYS[1], 'repub', repub + 1)
-  return {'republish', now + tonumber(ARGV[2]) * math.pow(2, math.min(repub + 1, 6)), h[7]}
+  return remember({'republish', ms(now + grace * math.pow(2, math.min(repub + 1, 6))), h[6]})
 end
-if state ~= 'running' then return {'done', 0, h[7]} end
+if state ~= $RUNNING then return {'done', 0, h[6]} end
 local lease = tonumber(h[2] or 0)
-if lease > now then return {'later', lease, h[7]} end
-if h[3] == '1' then
-  redis.call('HSET', KEYS[1], 'state', 'cancelled', 'updated', ARGV[1], 'msg', 'Cancelled.')
+if lease > now then return {'later', ms(lease), h[6]} end
+if tonumber(h[3] or 0) >= tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], 'state', $FAILED, 'updated', ms(now), 'error', ARGV[4])
   redis.call('HDEL', KEYS[1], 'lease', 'worker')
-  emit(ARGV[1], true)
-  return {'done', 0, h[7]}
+  emit(ms(now), true)
+  return remember({'done', 0, h[6]})
 end
-if tonumber(h[4] or 0) >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[1], 'state', 'failed', 'updated', ARGV[1], 'error', ARGV[4])
-  redis.call('HDEL', KEYS[1], 'lease', 'worker')
-  emit(ARGV[1], true)
-  return {'done', 0, h[7]}
+redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', ms(now), 'msg', 'Worker lost; requeued.', 'repub', 0)
+redis.call('HDEL', KEYS[1], 'lease', 'worker', 'mark', 'gone')
+emit(ms(now), false)
+return remember({'republish', ms(now + grace), h[6]})
+"""
+
+# -- schedules (one global sorted set per script; members are job ids, scores Redis ms) ----------------
+
+# ARGV: key ttl ms, then (delay ms, member) pairs: each member becomes due `delay` from now.
+SCHEDULE = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local args = {}
+for i = 2, #ARGV, 2 do
+  table.insert(args, string.format('%d', now + tonumber(ARGV[i])))
+  table.insert(args, ARGV[i + 1])
 end
-redis.call('HSET', KEYS[1], 'state', 'queued', 'updated', ARGV[1], 'msg', 'Worker lost; requeued.', 'repub', 0)
-redis.call('HDEL', KEYS[1], 'lease', 'worker')
-emit(ARGV[1], false)
-return {'republish', now + tonumber(ARGV[2]), h[7]}
+redis.call('ZADD', KEYS[1], unpack(args))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return string.format('%d', now)
+"""
+
+# ARGV: limit. Returns {now, member, score, member, score, ...}: the members due now, oldest first.
+DUE = r"""
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, ARGV[1])
+table.insert(due, 1, now)
+return due
+"""
+
+# ARGV: (member, score seen, new score or '' to remove) triples. A member whose score changed since
+# it was read (someone scheduled it again meanwhile) is left as it is: that newer entry wins.
+RESCHEDULE = r"""
+for i = 1, #ARGV, 3 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    if ARGV[i + 2] == '' then
+      redis.call('ZREM', KEYS[1], ARGV[i])
+    else
+      redis.call('ZADD', KEYS[1], ARGV[i + 2], ARGV[i])
+    end
+  end
+end
+return #ARGV / 3
 """
 
 JOB_SCRIPTS: dict[str, str] = {
@@ -283,6 +445,39 @@ JOB_SCRIPTS: dict[str, str] = {
     "input": INPUT,
     "sweep_one": SWEEP_ONE,
 }
+OTHER_SCRIPTS: dict[str, str] = {
+    "owner_index": OWNER_INDEX,
+    "schedule": SCHEDULE,
+    "due": DUE,
+    "reschedule": RESCHEDULE,
+}
 
-SCRIPTS: dict[str, str] = {name: _PRELUDE + body for name, body in JOB_SCRIPTS.items()}
-SCRIPTS["owner_index"] = OWNER_INDEX
+
+def _csv(states: frozenset[JobState] | tuple[JobState, ...], names: Mapping[JobState, str]) -> str:
+    return "'" + ",".join(sorted(names[s] for s in states)) + "'"
+
+
+def state_names(names: Mapping[JobState, str] | None = None) -> dict[str, str]:
+    """The placeholders of the scripts: each state's name as a Lua string, and the sets of states the
+    scripts check, taken from the state table. `names` renames states (to check that nothing else
+    in a script names one)."""
+    names = names or {s: s.value for s in JobState}
+    out = {s.name: f"'{names[s]}'" for s in JobState}
+    out.update({
+        "TERMINAL": _csv(TERMINAL_STATES, names),
+        "CANCELLABLE": _csv(sources_of(JobState.CANCELLED), names),
+        # A lapsed run is claimed again as well: that is a takeover by a new token, not a transition.
+        "CLAIMABLE": _csv(tuple(s for s in sources_of(JobState.RUNNING) if s is not JobState.RUNNING), names),
+    })
+    return out
+
+
+def render(names: Mapping[JobState, str] | None = None) -> dict[str, str]:
+    """Every script by name, with the state names and sets substituted."""
+    values = state_names(names)
+    scripts = {name: Template(_PRELUDE + body).substitute(values) for name, body in JOB_SCRIPTS.items()}
+    scripts.update({name: Template(body).substitute(values) for name, body in OTHER_SCRIPTS.items()})
+    return scripts
+
+
+SCRIPTS: dict[str, str] = render()

@@ -20,7 +20,7 @@ from typing import Any
 from .auth import Principal
 from .config import Settings
 from .dispatch import Dispatcher, RedisDispatcher
-from .domain import JobRecord, JobState, SubmitOutcome, now_ms
+from .domain import JobRecord, JobState, SubmitOutcome
 from .errors import (
     BadRequest,
     DispatchUnavailable,
@@ -139,23 +139,21 @@ class JobService:
 
         for _ in range(3):
             job_id = str(uuid.uuid4())
-            # One reading of the clock: the owner index orders by microsecond, so one client's quick
-            # submissions list in the order they were made.
-            now_us = time.time_ns() // 1000
-            created, order = now_us // 1000, now_us / 1000
-            fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "created": str(created),
-                      "updated": str(created), "ttl": str(ttl_ms), "poll": str(poll_ms),
-                      "params": params_json}
+            # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
+            fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "ttl": str(ttl_ms),
+                      "poll": str(poll_ms), "params": params_json}
             if idempotency_key is not None:
                 fields["idem"] = idempotency_key
             # Without an idempotency key nothing can make this job an orphan, so the enqueue may ride in
             # the same round trip as the record; with one, it waits until the key is known to be ours.
             enqueue = self._inline_enqueue(job_id, operation) if idempotency_key is None else None
-            existing = self.store.create(fields, job_id, owner, created_ms=created, idem_key=idempotency_key,
-                                         idem_value=f"{job_id} {request_hash}", ttl_ms=ttl_ms,
-                                         sweep_at_ms=created + int(1000 * self.settings.queued_grace_s),
-                                         order=order, also=enqueue)
+            created, existing = self.store.create(
+                fields, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
+                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), also=enqueue)
+            if created is None:
+                continue  # the id was taken: another one
             if existing is None:
+                fields["created"] = fields["updated"] = str(created)
                 record = JobRecord.from_hash(job_id, fields)
                 if enqueue is None:
                     self._publish(record)
@@ -190,7 +188,7 @@ class JobService:
             self.dispatcher.publish(record.id, record.operation, countdown_s)
         except DispatchUnavailable:
             try:
-                self.store.reschedule_sweep(record.id, now_ms())
+                self.store.schedule_sweep(record.id, 0)
             except Exception:
                 log.warning("job %s left for the sweeper's regular pass", record.id)
 
@@ -266,11 +264,13 @@ class JobService:
 
     # -- change ----------------------------------------------------------------
     def cancel(self, who: Principal | str, job_id: str) -> JobRecord:
-        """Cancel: queued and parked jobs at once, a running one at its next cancellation check."""
+        """Cancel now and return the job, `cancelled`. A running job's worker is fenced out at once (none
+        of its later progress, steps, questions or result is recorded) and stops at its next
+        cancellation point; what its code did outside the job record before then stays done."""
         principal = as_principal(who)
         if not _valid_id(job_id):
             raise JobNotFound()
-        outcome = self.store.request_cancel(job_id, principal.name, now_ms=now_ms())
+        outcome = self.store.request_cancel(job_id, principal.name)
         if outcome == "missing":
             raise JobNotFound()
         if outcome == "terminal":
@@ -302,15 +302,17 @@ class JobService:
         if problems:
             raise InvalidParams("Some answers do not match the requested schema.", extra={"errors": problems})
         if answers:
-            outcome, _ = self.store.provide_input(job_id, record.owner, answers, now_ms=now_ms())
+            # The sweep entry is written with the move into `queued`: if this process dies before the
+            # publish below, the sweeper publishes once the grace has passed.
+            outcome, _ = self.store.provide_input(job_id, record.owner, answers,
+                                                  sweep_in_ms=int(1000 * self.settings.queued_grace_s))
             if outcome == "missing":
                 raise JobNotFound()
             if outcome == "conflict":
                 raise NotWaitingForInput()
-            if outcome == "queued":
+            if outcome == JobState.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
-                    self.store.reschedule_sweep(job_id, now_ms() + int(1000 * self.settings.queued_grace_s))
                     self._publish(resumed)
                     return resumed
         return self.get(principal, job_id)

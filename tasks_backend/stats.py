@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from .domain import JobRecord, JobState, now_ms
+from .domain import JobRecord, JobState
 from .keys import Keys
 from .store import RedisStore
 
@@ -119,7 +119,8 @@ class JobStats:
     def parked_now(self) -> int:
         """Jobs waiting for input now; forgets jobs that expired or left `input_required`."""
         key = self.keys.stats("parked")
-        self.redis.zremrangebyscore(key, "-inf", now_ms())
+        seconds, micros = self.redis.time()  # expiries are Redis's times, so is "now"
+        self.redis.zremrangebyscore(key, "-inf", int(seconds) * 1000 + int(micros) // 1000)
         members = [str(m) for m in self.redis.zrange(key, 0, -1)]
         if not members:
             return 0

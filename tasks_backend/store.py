@@ -7,7 +7,9 @@ add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis res
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import socket
 import struct
 import sys
@@ -28,7 +30,6 @@ from .lua import SCRIPTS
 
 T = TypeVar("T")
 
-TERMINAL_CSV = ",".join(sorted(TERMINAL_STATES))
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)
 
 
@@ -73,6 +74,13 @@ def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
         retry=Retry(NoBackoff(), 1),
         **timeouts,
     )
+
+
+def new_request_id() -> str:
+    """An id for one request to a script (a replay carries the same one). It is only ever compared with
+    the last request that changed the same job, so 48 random bits are plenty, and every finished job
+    keeps one: short, for memory."""
+    return base64.urlsafe_b64encode(os.urandom(6)).decode()
 
 
 @contextmanager
@@ -152,16 +160,19 @@ class RedisStore:
             pipe.pexpire(key, ttl_ms)
 
     # -- create and read -------------------------------------------------------
-    def create(self, fields: dict[str, str], job_id: str, owner: str, *, created_ms: int,
-               idem_key: str | None, idem_value: str, ttl_ms: int, sweep_at_ms: int, order: float | None = None,
-               also: Callable[[Any], None] | None = None) -> str | None:
+    def create(self, fields: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
+               ttl_ms: int, sweep_in_ms: int, request_id: str | None = None,
+               also: Callable[[Any], None] | None = None) -> tuple[int | None, str | None]:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
 
-        Returns None when created, or the value already stored under the idempotency key (the job
-        written here is then an unindexed orphan, which the caller must `discard`). `order` is the job's
-        score in the owner index (default `created_ms`; finer than a millisecond keeps quick
-        submissions in order). `also` adds commands (the enqueue) to the same round trip.
+        Returns (createdAt in ms, None) when created: the time is Redis's, and the script sets `created`
+        and `updated` to it. When another request holds the idempotency key, the second item is the value
+        stored under it (the job written here is then an unindexed orphan, which the caller must
+        `discard`). A createdAt of None means the id was taken (pick another). The owner index orders
+        by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
+        `also` adds commands (the enqueue) to the same round trip.
         """
+        rid = request_id or new_request_id()
         owner_keys = [self.keys.owner_index(owner)]
         if idem_key is not None:
             owner_keys.append(self.keys.idempotency(owner, idem_key))
@@ -169,17 +180,15 @@ class RedisStore:
         pairs = ["state", fields["state"], *(x for k, v in fields.items() if k != "state" for x in (k, v))]
 
         def build(p: Any) -> None:
-            self._eval(p, "create", self.keys.job_keys(job_id), created_ms, created_ms + ttl_ms, *pairs)
-            self._eval(p, "owner_index", owner_keys, job_id, created_ms if order is None else order,
-                       self.max_ttl_ms, idem_value, ttl_ms,
-                       created_ms - self.max_ttl_ms)
-            p.zadd(self.keys.sweep(), {job_id: sweep_at_ms})
-            p.pexpire(self.keys.sweep(), self.max_ttl_ms)
+            self._eval(p, "create", self.keys.job_keys(job_id), rid, ttl_ms, *pairs)
+            self._eval(p, "owner_index", owner_keys, job_id, self.max_ttl_ms, idem_value, ttl_ms, self.max_ttl_ms)
+            self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
             if also is not None:
                 also(p)
 
-        existing = self._run(build)[1]
-        return existing if existing is not None else None
+        reply = self._run(build)
+        created, existing = reply[0], reply[1]
+        return (None if created is None else int(created)), (existing if existing is not None else None)
 
     def discard(self, job_id: str) -> None:
         """Remove a job that was never handed out (it lost an idempotency race)."""
@@ -259,31 +268,42 @@ class RedisStore:
         return out
 
     # -- state changes -----------------------------------------------------------
+    # Every script that changes a job takes a request id (a fresh one unless the caller passes its
+    # own, to retry one request across a longer outage): a replay of the same request answers what the
+    # first run did. Times are Redis's own (see `lua`).
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
-                   fields: dict[str, str] | None = None, now_ms: int, unschedule: bool = True) -> tuple[str, str]:
+                   fields: dict[str, str] | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
+                   request_id: str | None = None) -> tuple[str, str, int]:
         """Move a job to `target` if the state table allows it (and the token still fences it).
 
-        A job that leaves the queue for good (finished, or parked on input) is taken off the sweep
-        schedule in the same round trip; `unschedule=False` leaves that to the caller (workers batch
-        it for finished jobs, see `unschedule_finished`)."""
-        args = ["" if token is None else token, target.value, ",".join(sources_of(target)), TERMINAL_CSV, owner,
-                *(x for kv in (fields or {}).items() for x in kv)]
-        if not (unschedule and (target in TERMINAL_STATES or target is JobState.INPUT_REQUIRED)):
-            outcome, before = self._job("transition", job_id, now_ms, *args)
-            return str(outcome), str(before)
+        Returns (outcome, state before, Redis time of the change or 0): ok | missing | fenced | cancelled
+        (the owner cancelled this token's run) | illegal. A job that leaves the queue for good (finished)
+        is taken off the sweep schedule in the same round trip; `unschedule=False` leaves that to the
+        caller (workers batch it, see `unschedule_finished`). A move into `queued` must pass
+        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script."""
+        args = [request_id or new_request_id(), "" if token is None else token, target.value,
+                ",".join(sources_of(target)), owner, *(x for kv in (fields or {}).items() for x in kv)]
+        if target is JobState.QUEUED and sweep_in_ms is None:
+            raise ValueError("a move into queued needs its sweep entry")
+        drop = unschedule and target in TERMINAL_STATES
+        if not drop and sweep_in_ms is None:
+            outcome, before, at = self._job("transition", job_id, *args)
+            return str(outcome), str(before), int(at)
 
         def build(p: Any) -> None:
-            self._eval(p, "transition", self.keys.job_keys(job_id), now_ms, *args)
-            p.zrem(self.keys.sweep(), job_id)
+            if sweep_in_ms is not None:
+                self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
+            self._eval(p, "transition", self.keys.job_keys(job_id), *args)
+            if drop:
+                p.zrem(self.keys.sweep(), job_id)
 
-        outcome, before = self._run(build)[0]
-        return str(outcome), str(before)
+        outcome, before, at = self._run(build)[0 if sweep_in_ms is None else 1]
+        return str(outcome), str(before), int(at)
 
     def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
         """Take finished jobs off the sweep schedule in one command; `also` adds to the round trip.
 
-        Only for jobs in a terminal state: nothing schedules them again. (A parked job may be answered
-        and rescheduled at any moment, so it is unscheduled with its transition.)"""
+        Only for jobs in a terminal state: nothing schedules them again."""
         def build(p: Any) -> None:
             if job_ids:
                 p.zrem(self.keys.sweep(), *job_ids)
@@ -292,13 +312,13 @@ class RedisStore:
 
         self._run(build)
 
-    def claim(self, job_id: str, *, now_ms: int, lease_ms: int, worker: str, max_attempts: int,
-              exhausted_error: dict[str, Any]) -> tuple[str, JobRecord | None]:
+    def claim(self, job_id: str, *, lease_ms: int, worker: str, max_attempts: int,
+              exhausted_error: dict[str, Any], request_id: str | None = None) -> tuple[str, JobRecord | None]:
         """Take the job for this worker; on "ok" the record comes back in the same reply.
 
-        The job's sweep entry (made at submit) is left as it is: when it comes due the sweeper finds
-        the lease and looks again when it would lapse, which is how a dead worker is noticed."""
-        reply = self._job("claim", job_id, now_ms, lease_ms, worker, max_attempts, TERMINAL_CSV,
+        The job's sweep entry (made when it was queued) is left as it is: when it comes due the sweeper
+        finds the lease and looks again when it would lapse, which is how a dead worker is noticed."""
+        reply = self._job("claim", job_id, request_id or new_request_id(), lease_ms, worker, max_attempts,
                           json.dumps(exhausted_error))
         outcome = str(reply[0])
         if outcome != "ok":
@@ -306,23 +326,25 @@ class RedisStore:
         flat = reply[2]
         return outcome, JobRecord.from_hash(job_id, dict(zip(flat[::2], flat[1::2], strict=True)))
 
-    def renew_many(self, leases: Sequence[tuple[str, int]], *, now_ms: int, lease_ms: int) -> list[int]:
-        """Renew several leases in one round trip: 1 cancel requested, 0 carry on, -1 lost."""
+    def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[int]:
+        """Renew several leases in one round trip: 1 cancelled, 0 carry on, -1 lost."""
         def build(p: Any) -> None:
             for job_id, token in leases:
-                self._eval(p, "renew", self.keys.job_keys(job_id), now_ms, token, lease_ms)
+                self._eval(p, "renew", self.keys.job_keys(job_id), token, lease_ms)
 
         return [int(x) for x in self._run(build)]
 
-    def progress(self, job_id: str, token: int, *, now_ms: int, message: str | None,
-                 done: float | None, total: float | None) -> int:
+    def progress(self, job_id: str, token: int, *, message: str | None, done: float | None,
+                 total: float | None) -> int:
+        """Record progress: 1 cancelled, 0 carry on, -1 lost."""
         def text(v: float | str | None) -> str:
             return "" if v is None else str(v)
 
-        return int(self._job("progress", job_id, now_ms, token, text(message), text(done), text(total)))
+        return int(self._job("progress", job_id, token, text(message), text(done), text(total)))
 
-    def record_step(self, job_id: str, token: int, name: str, value_json: str, *, now_ms: int) -> tuple[str, str]:
-        outcome, value = self._job("step", job_id, now_ms, token, name, value_json)
+    def record_step(self, job_id: str, token: int, name: str, value_json: str) -> tuple[str, str]:
+        """Record a step's value: ok | exists (with the value recorded first) | fenced | cancelled."""
+        outcome, value = self._job("step", job_id, token, name, value_json)
         return str(outcome), str(value)
 
     def recorded_step(self, job_id: str, name: str) -> str | None:
@@ -336,34 +358,72 @@ class RedisStore:
         return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, str)}
 
     def cancel_requested(self, job_id: str, token: int) -> bool | None:
-        """True/False for the holder of `token`; None when the job is gone or no longer ours."""
+        """For the holder of `token`: True once its run was cancelled, False while it holds the job, None
+        when it lost the job (lapsed lease, expiry, another worker)."""
         with redis_errors():
-            state, current, cancel = self.redis.hmget(self.keys.job(job_id), ["state", "token", "cancel"])
-        if state != JobState.RUNNING or current != str(token):
-            return None
-        return bool(cancel == "1")
+            state, current, cancelled = self.redis.hmget(self.keys.job(job_id), ["state", "token", "ctok"])
+        if state == JobState.CANCELLED and cancelled == str(token):
+            return True
+        if state == JobState.RUNNING and current == str(token):
+            return False
+        return None
 
-    def request_cancel(self, job_id: str, owner: str, *, now_ms: int) -> str:
-        return str(self._job("cancel", job_id, now_ms, owner, TERMINAL_CSV))
+    def request_cancel(self, job_id: str, owner: str, *, request_id: str | None = None) -> str:
+        """Cancel the job now: cancelled | terminal (already finished) | missing."""
+        return str(self._job("cancel", job_id, request_id or new_request_id(), owner))
 
-    def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, now_ms: int) -> tuple[str, int]:
+    def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, sweep_in_ms: int,
+                      request_id: str | None = None) -> tuple[str, int]:
+        """Record answers: (queued | waiting | conflict | missing, questions still open).
+
+        The job is put on the sweep schedule (due in `sweep_in_ms`) in the same round trip, before the
+        script: a job the answers move to `queued` is never without an entry, whatever happens to the
+        caller next. (The sweeper drops the entry of a job that stayed parked.)"""
+        rid = request_id or new_request_id()
         pairs = [x for kv in answers.items() for x in kv]
-        outcome, still_open = self._job("input", job_id, now_ms, owner, *pairs)
+
+        def build(p: Any) -> None:
+            self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
+            self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, *pairs)
+
+        outcome, still_open = self._run(build)[1]
         return str(outcome), int(still_open)
 
     # -- sweeper -------------------------------------------------------------------
-    def due_for_sweep(self, now_ms: int, limit: int) -> list[str]:
-        with redis_errors():
-            return [str(m) for m in self.redis.zrangebyscore(self.keys.sweep(), "-inf", now_ms, start=0, num=limit)]
+    def due_for_sweep(self, limit: int) -> tuple[int, list[tuple[str, str]]]:
+        """(Redis's time now, up to `limit` (job id, score) entries of the sweep schedule due by then)."""
+        reply = self._scripted(lambda: self.redis.evalsha(self._sha["due"], 1, self.keys.sweep(), limit))
+        return int(reply[0]), [(str(reply[i]), str(reply[i + 1])) for i in range(1, len(reply), 2)]
 
-    def sweep_one(self, job_id: str, *, now_ms: int, grace_ms: int, max_attempts: int,
-                  abandoned_error: dict[str, Any]) -> tuple[str, int, str]:
-        action, when, operation = self._job("sweep_one", job_id, now_ms, grace_ms, max_attempts,
-                                            json.dumps(abandoned_error))
-        return str(action), int(float(when)), str(operation)
+    def sweep_many(self, job_ids: Sequence[str], *, grace_ms: int, max_attempts: int,
+                   abandoned_error: dict[str, Any], backlog: tuple[int, int] | None) -> list[tuple[str, int, str]]:
+        """Look at each job (one script each, one round trip): (action, when due next, operation) each,
+        with action republish | later | done | gone. `backlog` is (messages ever pushed to the queue,
+        messages waiting in it) for a broker that can tell, else None."""
+        error = json.dumps(abandoned_error)
+        pushed, waiting = ("", "") if backlog is None else backlog
 
-    def reschedule_sweep(self, job_id: str, at_ms: int | None) -> None:
-        self.schedule(self.keys.sweep(), job_id, at_ms)
+        def build(p: Any) -> None:
+            for job_id in job_ids:
+                self._eval(p, "sweep_one", self.keys.job_keys(job_id), new_request_id(), grace_ms, max_attempts,
+                           error, pushed, waiting)
+
+        return [(str(a), int(float(w)), str(o)) for a, w, o in self._run(build)] if job_ids else []
+
+    def settle_sweep(self, entries: Sequence[tuple[str, str, int | None]]) -> None:
+        """Set each (job id, score seen, next due or None to drop) entry, unless the entry was written
+        again since it was read (then the newer entry stands). One command."""
+        if not entries:
+            return
+        args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
+        self._scripted(lambda: self.redis.evalsha(self._sha["reschedule"], 1, self.keys.sweep(), *args))
+
+    def schedule_sweep(self, job_id: str, in_ms: int) -> None:
+        """Make the job due for the sweeper `in_ms` from now (Redis's now)."""
+        self._run(lambda p: self._schedule_in(p, self.keys.sweep(), [(job_id, in_ms)]))
+
+    def _schedule_in(self, pipe: Any, key: str, entries: Sequence[tuple[str, int]]) -> None:
+        self._eval(pipe, "schedule", [key], self.max_ttl_ms, *(x for job_id, ms in entries for x in (ms, job_id)))
 
     def schedule(self, key: str, job_id: str, at_ms: int | None) -> None:
         """Set when `job_id` is next due in the schedule `key` (None: take it off the schedule)."""

@@ -143,8 +143,8 @@ def test_cancel_then_cancel_again_is_not_cancelable(live_url: str, users: Any, t
             task = await send(client, order("test.spin", {"ledger": str(ledger)}, return_immediately=True))
             await poll(client, task.id, lambda t: state(t) == "TASK_STATE_WORKING")
             cancelled = await client.cancel_task(CancelTaskRequest(id=task.id))
-            assert cancelled.id == task.id
-            await poll(client, task.id, lambda t: state(t) == "TASK_STATE_CANCELED")
+            # A2A 1.0 §3.1.5 CancelTask returns the task with its cancellation status.
+            assert cancelled.id == task.id and state(cancelled) == "TASK_STATE_CANCELED"
             with pytest.raises(TaskNotCancelableError):
                 await client.cancel_task(CancelTaskRequest(id=task.id))
 

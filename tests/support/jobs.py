@@ -151,3 +151,24 @@ def form(ctx: JobContext) -> dict[str, Any]:
     """Asks one question of every kind the web page renders; returns the answer."""
     answer: dict[str, Any] = ctx.ask("shipping", "How should the order ship?", SHIPPING_FORM)
     return answer
+
+
+class WaitThenParams(Schema):
+    ledger = fields.String(required=True)
+    gate = fields.String(required=True)
+    then = fields.String(required=True)
+
+
+@job("test.wait_then", params=WaitThenParams, ttl=600, poll_interval=0.1)
+def wait_then(ctx: JobContext, ledger: str, gate: str, then: str) -> Any:
+    """Starts, waits for `gate` without a cancellation point, then does `then` (ask | step | progress | return)."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    while not Path(gate).exists():
+        time.sleep(0.01)
+    if then == "ask":
+        return ctx.ask("late", "Still there?", {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    if then == "step":
+        return ctx.step("late", lambda: _append(ledger, {"event": "effect"}) or "done")
+    if then == "progress":
+        ctx.progress(1, 2, "halfway")
+    return {"late": True}

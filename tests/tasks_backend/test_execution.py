@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 import redis
@@ -58,29 +59,27 @@ def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> No
     from tasks_backend.runtime import build_runtime
 
     record, _ = build_runtime(idle).service.submit(ALICE, "test.noop", {})
-    outcome, claimed = store.claim(record.id, now_ms=now_ms(), lease_ms=1, worker="a", max_attempts=5,
+    outcome, claimed = store.claim(record.id, lease_ms=1, worker="a", max_attempts=5,
                                    exhausted_error={})
     assert outcome == "ok" and claimed is not None and claimed.state is JobState.RUNNING
     old = claimed.token
     # the lease lapses; the sweeper requeues the job and another worker claims it
-    wait_until(lambda: store.sweep_one(record.id, now_ms=now_ms(), grace_ms=1000, max_attempts=5,
-                                       abandoned_error={})[0] == "republish", message="requeue")
-    outcome, reclaimed = store.claim(record.id, now_ms=now_ms(), lease_ms=60_000, worker="b", max_attempts=5,
+    wait_until(lambda: store.sweep_many([record.id], grace_ms=1000, max_attempts=5, abandoned_error={},
+                                        backlog=None)[0][0] == "republish", message="requeue")
+    outcome, reclaimed = store.claim(record.id, lease_ms=60_000, worker="b", max_attempts=5,
                                      exhausted_error={})
     assert outcome == "ok" and reclaimed is not None
     new = reclaimed.token
     assert new > old
-    assert store.progress(record.id, old, now_ms=now_ms(), message="stale", done=1, total=2) == -1
-    assert store.record_step(record.id, old, "s", "1", now_ms=now_ms())[0] == "fenced"
-    assert store.renew_many([(record.id, old), (record.id, new)], now_ms=now_ms(), lease_ms=60_000) == [-1, 0]
-    assert store.transition(record.id, JobState.COMPLETED, token=old, fields={"result": "1"},
-                            now_ms=now_ms())[0] == "fenced"
+    assert store.progress(record.id, old, message="stale", done=1, total=2) == -1
+    assert store.record_step(record.id, old, "s", "1")[0] == "fenced"
+    assert store.renew_many([(record.id, old), (record.id, new)], lease_ms=60_000) == [-1, 0]
+    assert store.transition(record.id, JobState.COMPLETED, token=old, fields={"result": "1"},)[0] == "fenced"
     assert svc.get(ALICE, record.id).state is JobState.RUNNING
     # a live lease also keeps a second claim away
-    assert store.claim(record.id, now_ms=now_ms(), lease_ms=1000, worker="c", max_attempts=5,
+    assert store.claim(record.id, lease_ms=1000, worker="c", max_attempts=5,
                        exhausted_error={})[0] == "busy"
-    assert store.transition(record.id, JobState.COMPLETED, token=new, fields={"result": "1"},
-                            now_ms=now_ms())[0] == "ok"
+    assert store.transition(record.id, JobState.COMPLETED, token=new, fields={"result": "1"},)[0] == "ok"
     assert svc.get(ALICE, record.id).result == 1
 
 
@@ -88,9 +87,9 @@ def test_terminal_states_refuse_every_transition(runtime: Runtime) -> None:
     record, _ = runtime.service.submit(ALICE, "test.noop", {})
     wait_until(lambda: state(runtime, record.id) is JobState.COMPLETED, message="completion")
     for target in JobState:
-        outcome, before = runtime.store.transition(record.id, target, now_ms=now_ms())
+        outcome, before, _ = runtime.store.transition(record.id, target, sweep_in_ms=0)
         assert (outcome, before) == ("illegal", "completed")
-    assert runtime.store.claim(record.id, now_ms=now_ms(), lease_ms=1000, worker="x", max_attempts=5,
+    assert runtime.store.claim(record.id, lease_ms=1000, worker="x", max_attempts=5,
                                exhausted_error={})[0] == "terminal"
 
 
@@ -105,9 +104,16 @@ def test_sweeper_drops_an_orphan_of_a_lost_idempotency_race(runtime: Runtime) ->
     orphan_id = "00000000-0000-4000-8000-000000000001"
     runtime.store.redis.hset(runtime.store.keys.job(orphan_id), mapping=fields)
     runtime.store.redis.pexpire(runtime.store.keys.job(orphan_id), 600_000)
-    runtime.store.reschedule_sweep(orphan_id, now - 1)
-    counts = runtime.sweeper().sweep_once()
-    assert counts.get("orphan") == 1
+    counts: dict[str, int] = {}
+
+    def dropped() -> bool:  # the sweeper first gives a worker that may hold its message a grace to claim it
+        runtime.store.schedule_sweep(orphan_id, -1)
+        for action, count in runtime.sweeper().sweep_once().items():
+            counts[action] = counts.get(action, 0) + count
+        return "orphan" in counts
+
+    wait_until(dropped, 10, interval=0.1, message="the orphan to be dropped")
+    assert counts["orphan"] == 1 and "republish" not in counts
     assert runtime.store.get(orphan_id) is None
     wait_until(lambda: state(runtime, winner.id) is JobState.COMPLETED, message="the winner to run")
 
@@ -125,12 +131,27 @@ def test_finished_jobs_leave_the_sweep_schedule_and_are_counted_within_a_tick(ru
     wait_until(lambda: float(runtime.store.redis.hget(jobs, counted) or 0) > before, 5, message="counted")
 
 
-def test_a_parked_job_leaves_the_schedule_with_its_transition(runtime: Runtime, tmp_path: Path) -> None:
-    """Parked jobs are unscheduled at once: an answer may reschedule them at any moment after."""
+def test_a_parked_job_is_dropped_from_the_schedule_unless_an_answer_scheduled_it_again(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """The sweeper drops a parked job's entry only if nobody wrote it since the sweeper read it: an answer
+    that queues the job meanwhile writes a new entry, which must stand."""
     alice = Principal("alice")
+    store, sweep = runtime.store, runtime.store.keys.sweep()
     record, _ = runtime.service.submit(alice, "test.ask_twice", {"ledger": str(tmp_path / "a")})
     wait_until(lambda: runtime.service.get(alice, record.id).state is JobState.INPUT_REQUIRED, message="parked")
-    assert runtime.store.redis.zscore(runtime.store.keys.sweep(), record.id) is None
+    store.schedule_sweep(record.id, -1)
+    _, due = store.due_for_sweep(1000)
+    seen = dict(due)[record.id]
+    assert store.sweep_many([record.id], grace_ms=1000, max_attempts=5, abandoned_error={},
+                            backlog=None)[0][0] == "done"
+    runtime.service.provide_input(alice, record.id, {"first": {"v": 1}})  # answered meanwhile
+    store.settle_sweep([(record.id, seen, None)])
+    assert store.redis.zscore(sweep, record.id) is not None
+    # Parked again (on the second question) and nobody answers: the sweeper drops its entry.
+    wait_until(lambda: runtime.service.get(alice, record.id).input_requests == {"second": ANY}, message="parked")
+    store.schedule_sweep(record.id, -1)
+    wait_until(lambda: runtime.sweeper().sweep_once() is not None and store.redis.zscore(sweep, record.id) is None,
+               message="the entry to be dropped")
     runtime.service.cancel(alice, record.id)
 
 
@@ -143,7 +164,7 @@ def test_a_finished_job_left_on_the_schedule_is_dropped_not_rerun(runtime: Runti
     sweep = runtime.store.keys.sweep()
 
     def swept() -> bool:
-        runtime.store.reschedule_sweep(record.id, now_ms() - 1)
+        runtime.store.schedule_sweep(record.id, -1)
         runtime.sweeper().sweep_once()
         return runtime.store.redis.zscore(sweep, record.id) is None
 
