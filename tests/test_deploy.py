@@ -89,9 +89,15 @@ def test_procfile_processes_serve_a_job(procfile_system: dict[str, Any]) -> None
         assert tasks.result(job, timeout=90)["rows"] == 4
         refund = tasks.submit("demo.refund", {"order_id": "P-1", "amount": 3})
         assert tasks.wait(refund.id, timeout=90).status == "input_required"
-        metrics = httpx.get(f"{system['url']}/metrics", headers={"Authorization": f"Bearer {system['token']}"},
-                            timeout=10).text
-    assert 'tasks_backend_jobs_finished_total{operation="demo.export",outcome="completed"} 1.0' in metrics
+    finished = 'tasks_backend_jobs_finished_total{operation="demo.export",outcome="completed"} 1.0'
+
+    def counted() -> str | None:
+        text = httpx.get(f"{system['url']}/metrics", headers={"Authorization": f"Bearer {system['token']}"},
+                         timeout=10).text
+        return text if finished in text else None
+
+    # Workers write their counts once a second: wait for them rather than read once.
+    metrics = wait_until(counted, 15, message="the worker to write its counts")
     assert "tasks_backend_jobs_parked 1.0" in metrics
     assert re.search(r'tasks_backend_queue_depth\{queue="[^"]+"\} 0\.0', metrics)
 
