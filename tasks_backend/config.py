@@ -57,6 +57,12 @@ class Settings:
     push_max_attempts: int = 8
     push_timeout_s: float = 5.0
 
+    #: Origins (`scheme://host[:port]`) a browser may call the API from; a request with any other
+    #: `Origin` is refused with 403 (DNS rebinding). Requests without `Origin` are not browsers'.
+    allowed_origins: tuple[str, ...] = ()
+    #: The URL callers reach this server by (agent card); never taken from a request's Host header.
+    public_url: str = "http://localhost:8000"
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -94,6 +100,10 @@ class Settings:
             "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
+            "allowed_origins": tuple(o.strip().rstrip("/") for o in
+                                     (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),
+            "public_url": (e.get("TASKS_BACKEND_PUBLIC_URL")
+                           or f"http://localhost:{e.get('PORT') or '8000'}").rstrip("/"),
         }
         values.update(overrides)
         return cls(**values)
