@@ -91,7 +91,8 @@ def list_jobs() -> Response:
         limit = int(request.args.get("limit", "50"))
     except ValueError as exc:
         raise BadRequest("`limit` must be an integer.") from exc
-    records, cursor = _service().list(g.principal, status=request.args.get("status") or None, limit=limit,
+    # An empty `status=` is a status that names nothing (a 400), not "any status".
+    records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
                                       cursor=request.args.get("cursor") or None)
     return jsonify({"jobs": [handle(r) | {"operation": r.operation} for r in records], "nextCursor": cursor})
 

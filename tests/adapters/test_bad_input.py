@@ -170,3 +170,10 @@ def test_the_agent_card_ignores_the_host_header(http: httpx.Client, runtime: Any
     card = http.get("/.well-known/agent-card.json", headers={"Host": "evil.example.com"}).json()
     assert card["supportedInterfaces"][0]["url"] == runtime.settings.public_url + "/a2a"
     assert "evil" not in json.dumps(card)
+
+
+# -- integers are not truncated ---------------------------------------------------------------------
+@pytest.mark.parametrize(("steps", "status"), [(2.5, 422), ("5", 422), (True, 422), (2.0, 202), (2, 202)])
+def test_an_integer_param_is_never_truncated_or_coerced(http: httpx.Client, steps: Any, status: int) -> None:
+    body = {"operation": "demo.sleep", "params": {"seconds": 0, "steps": steps}}
+    assert post(http, "/v1/jobs", body, bearer("alice-token")).status_code == status
