@@ -14,7 +14,7 @@ from typing import Any
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
-from marshmallow import Schema, ValidationError, fields
+from marshmallow import Schema, ValidationError, fields, validate
 
 from .errors import InvalidParams, UnknownOperation
 
@@ -70,6 +70,24 @@ def _strict_integers(schema: Schema) -> None:
             item.strict = True
         elif isinstance(item, fields.Nested) and isinstance(item.schema, Schema):
             _strict_integers(item.schema)
+
+
+def _exclusive_bounds(schema: Schema, published: dict[str, Any]) -> dict[str, Any]:
+    """apispec publishes `Range(min=0, min_inclusive=False)` as `minimum: 0`, which lets 0 through on
+    paper; JSON Schema says it with `exclusiveMinimum` (and `exclusiveMaximum`)."""
+    properties = published.get("properties") or {}
+    for name, item in schema.fields.items():
+        prop = properties.get(item.data_key or name)
+        for rule in item.validators:
+            if not isinstance(rule, validate.Range) or not isinstance(prop, dict):
+                continue
+            if rule.min is not None and not rule.min_inclusive:
+                prop.pop("minimum", None)
+                prop["exclusiveMinimum"] = rule.min
+            if rule.max is not None and not rule.max_inclusive:
+                prop.pop("maximum", None)
+                prop["exclusiveMaximum"] = rule.max
+    return published
 
 
 def _whole_floats_as_ints(schema: Schema, raw: dict[str, Any]) -> dict[str, Any]:
@@ -162,5 +180,6 @@ class Registry:
         """The JSON Schema of an operation's params, as published by every protocol."""
         if name not in self._schemas:
             assert self._plugin.converter is not None
-            self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
+            schema = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
+            self._schemas[name] = _exclusive_bounds(self.get(name).params(), schema)
         return self._schemas[name]
