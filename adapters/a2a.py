@@ -70,7 +70,7 @@ class Call:
 @bp.get(AGENT_CARD_PATH)
 def agent_card() -> Response:
     runtime: Runtime = current_app.extensions["tasks_backend"]
-    base = request.host_url.rstrip("/")
+    base = runtime.settings.public_url.rstrip("/")  # never the request's Host header
     skills = []
     for spec in runtime.registry:
         schema = runtime.registry.json_schema(spec.name)
@@ -121,6 +121,8 @@ def rpc() -> Response:
         call = Call(g.principal, runtime.service, PushStore(runtime.store), runtime)
         result = method(call, req.params, request_id)
     except Exception as exc:
+        if isinstance(exc, RpcError) and exc.request_id is not None:
+            request_id = exc.request_id
         return _reply(a2a_error(request_id, exc))
     if isinstance(result, Response):
         return result

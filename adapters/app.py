@@ -1,41 +1,44 @@
-"""The Flask app factory: every protocol adapter over one runtime, one authenticator, one error map."""
+"""The Flask app factory: every protocol adapter over one runtime, behind one entrance, with one error map."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from flask import Flask, g, request
 
 from tasks_backend.config import Settings
-from tasks_backend.errors import PayloadTooLarge
+from tasks_backend.errors import Unauthenticated
 from tasks_backend.runtime import Runtime, build_runtime
 
 from . import a2a, http_jobs, mcp, observability, openapi, problems, ui
-from .fast_path import FastPath
+from .entrance import PRINCIPAL, PUBLIC_PATHS, Check, Entrance
 
-#: Paths anyone may read: probes and the API description.
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
+__all__ = ["PUBLIC_PATHS", "create_app"]
 
 
-def create_app(settings: Settings | None = None, runtime: Runtime | None = None) -> Flask:
+def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
+               checks: Sequence[Check] = ()) -> Flask:
+    """The app; `checks` run at the entrance on every request after authentication (see `Entrance`)."""
     runtime = runtime or build_runtime(settings)
     app = Flask("tasks_backend")
     app.config["MAX_CONTENT_LENGTH"] = runtime.settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tasks_backend"] = runtime
-    authenticator = runtime.authenticator()
 
     @app.before_request
-    def _authenticate() -> None:
-        if request.content_length and request.content_length > runtime.settings.max_body_bytes:
-            raise PayloadTooLarge()
-        if request.path in PUBLIC_PATHS or request.method == "OPTIONS":
-            return
+    def _principal() -> None:
+        # The entrance authenticated the caller; a request that did not come through it gets nothing.
         if ui.owns(request.path):
-            return  # the page's own session stands in for the bearer header (adapters/ui.py)
-        g.principal = authenticator.authenticate(request.headers.get("Authorization"))
+            return  # the page's session names the caller (adapters/ui.py); the door checked the rest
+        if PRINCIPAL not in request.environ:
+            raise Unauthenticated()
+        g.principal = request.environ[PRINCIPAL]
 
     problems.register(app)
     observability.install(app, runtime)
     for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp, ui.bp):
         app.register_blueprint(blueprint)
-    app.wsgi_app = FastPath(app.wsgi_app, runtime, authenticator)  # type: ignore[method-assign]
+    entrance = Entrance(app.wsgi_app, runtime, runtime.authenticator(), checks, session_paths=ui.owns)
+    app.wsgi_app = entrance  # type: ignore[method-assign]
+    app.extensions["tasks_backend_entrance"] = entrance
     return app

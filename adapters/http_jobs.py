@@ -16,6 +16,8 @@ from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
 from tasks_backend.views import detailed, handle
 
+from . import body
+
 bp = Blueprint("jobs", __name__, url_prefix="/v1")
 
 
@@ -33,12 +35,12 @@ def json_object(raw: bytes) -> dict[str, Any]:
     if not raw:
         raise BadRequest("A JSON object body is required.")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest("The body is not valid JSON.") from exc
-    if not isinstance(body, dict):
+        value = body.loads(raw)
+    except (body.Unreadable, body.LoneSurrogate) as exc:
+        raise BadRequest(str(exc)) from exc
+    if not isinstance(value, dict):
         raise BadRequest("The body must be a JSON object.")
-    return body
+    return value
 
 
 def _retry_after(record: JobRecord) -> str:
@@ -89,7 +91,8 @@ def list_jobs() -> Response:
         limit = int(request.args.get("limit", "50"))
     except ValueError as exc:
         raise BadRequest("`limit` must be an integer.") from exc
-    records, cursor = _service().list(g.principal, status=request.args.get("status") or None, limit=limit,
+    # An empty `status=` is a status that names nothing (a 400), not "any status".
+    records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
                                       cursor=request.args.get("cursor") or None)
     return jsonify({"jobs": [handle(r) | {"operation": r.operation} for r in records], "nextCursor": cursor})
 
@@ -153,9 +156,14 @@ def _chain(first: tuple[str, JobRecord], rest: Iterator[tuple[str, JobRecord]]) 
     yield from rest
 
 
+_MAX_STREAM_PART = 2**64 - 1
+
+
 def _is_stream_id(value: str) -> bool:
+    """A Redis stream id (`<ms>-<seq>`, each an unsigned 64-bit integer), as XREAD takes it."""
     ms, sep, seq = value.partition("-")
-    return bool(sep) and ms.isdigit() and seq.isdigit()
+    return (bool(sep) and all(part.isascii() and part.isdigit() and len(part) <= 20 for part in (ms, seq))
+            and int(ms) <= _MAX_STREAM_PART and int(seq) <= _MAX_STREAM_PART)
 
 
 @bp.get("/operations")

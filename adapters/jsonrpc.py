@@ -6,12 +6,13 @@ for the service's errors. Unknown exceptions become -32603 with a fixed message 
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tasks_backend.errors import TasksBackendError, mapping_for
+
+from . import body
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,12 @@ class Request:
 class RpcError(Exception):
     """An error to answer with as is (protocol-level errors the adapters raise themselves)."""
 
-    def __init__(self, code: int, message: str, data: Any = None, http_status: int = 200) -> None:
+    def __init__(self, code: int, message: str, data: Any = None, http_status: int = 200,
+                 request_id: Id = None) -> None:
         super().__init__(message)
         self.code, self.message, self.data, self.http_status = code, message, data, http_status
+        #: The id of the request, when it could be read although the request was refused as a whole.
+        self.request_id = request_id
 
 
 def parse(raw: bytes) -> Request:
@@ -47,11 +51,23 @@ def parse(raw: bytes) -> Request:
 
 
 def decode(raw: bytes) -> Any:
-    """The JSON in a body, or -32700."""
+    """The JSON in a body, or -32700 (not JSON, too deep) or -32602 (text no encoder can write)."""
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RpcError(PARSE_ERROR, "Parse error", http_status=400) from exc
+        return body.loads(raw)
+    except body.LoneSurrogate as exc:
+        raise RpcError(INVALID_PARAMS, f"Invalid params: {exc}", http_status=400,
+                       request_id=_id_of(exc.value)) from exc
+    except body.Unreadable as exc:
+        raise RpcError(PARSE_ERROR, "Parse error", str(exc), http_status=400) from exc
+
+
+def _id_of(message: Any) -> Id:
+    """A readable request id, or None: the id an error about the rest of the message is answered with."""
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int) or (
+            isinstance(request_id, str) and body.has_lone_surrogate(request_id)):
+        return None
+    return request_id
 
 
 def readable_id(body: Any) -> Id:

@@ -28,6 +28,7 @@ from tasks_backend.runtime import Runtime
 from . import jsonrpc, mcp_2025, mcp_2026, problems
 from .mcp_tools import (
     CLIENT_CAPABILITIES_META,
+    HANDSHAKE_VERSIONS,
     HEADER_MISMATCH,
     MODERN_VERSION,
     PROTOCOL_VERSION_META,
@@ -80,8 +81,11 @@ def post() -> Response:
     assert answer is not None
     if isinstance(answer, Stream):
         return sse_response(answer)
-    return Response(answer.payload() if answer.body is not None else None, status=answer.status,
-                    mimetype="application/json" if answer.body is not None else None, headers=answer.headers)
+    if answer.body is None:  # 202 to a notification or a response: no body, so no Content-Type either
+        response = Response(status=answer.status, headers=answer.headers)
+        del response.headers["Content-Type"]
+        return response
+    return Response(answer.payload(), status=answer.status, mimetype="application/json", headers=answer.headers)
 
 
 def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime: Runtime,
@@ -92,7 +96,7 @@ def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime
     try:
         message = jsonrpc.decode(raw)
     except jsonrpc.RpcError as exc:
-        return None if only is not None else _error(None, exc, None)
+        return None if only is not None else _error(exc.request_id, exc, None)
     is_dict = isinstance(message, dict)
     if is_dict and "method" not in message and ("result" in message or "error" in message):
         return None if only is not None else _client_response(message, principal, runtime)
@@ -147,6 +151,9 @@ def _dispatch(call: Call, revision: str) -> Reply:
 def _revision(rpc: jsonrpc.Request, headers: HeaderLookup) -> str:
     """Which revision a request speaks, or the error that says why it speaks none we serve."""
     header = headers.get("MCP-Protocol-Version")
+    if header is not None and header not in SUPPORTED_VERSIONS and not (
+            rpc.method == "initialize" and header in HANDSHAKE_VERSIONS):
+        raise _unsupported(header)  # the transport says: an unsupported version header is a 400
     meta = rpc.params.get("_meta")
     if meta is not None and not isinstance(meta, dict):
         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "`_meta` must be an object.", http_status=400)

@@ -53,11 +53,13 @@ def _errors(*codes: str) -> dict[str, Any]:
 
 def build_spec(runtime: Runtime) -> dict[str, Any]:
     job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
-    submit_variants = [
-        {"type": "object", "required": ["operation"], "additionalProperties": False,
-         "properties": {"operation": {"const": spec.name}, "params": runtime.registry.json_schema(spec.name)}}
-        for spec in runtime.registry
-    ]
+    submit_variants = []
+    for spec in runtime.registry:
+        params = runtime.registry.json_schema(spec.name)
+        # `params` may be left out only when the operation needs none of them (an absent `params` is `{}`).
+        required = ["operation", "params"] if params.get("required") else ["operation"]
+        submit_variants.append({"type": "object", "required": required, "additionalProperties": False,
+                                "properties": {"operation": {"const": spec.name}, "params": params}})
     paths: dict[str, Any] = {
         "/v1/jobs": {
             "post": {"summary": "Submit a job", "parameters": [
@@ -68,7 +70,8 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
             "get": {"summary": "List your jobs, newest first", "parameters": [
                 {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
-                {"name": "cursor", "in": "query", "schema": {"type": "string"}}],
+                {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
                 "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
@@ -84,16 +87,18 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
             "summary": "Answer a job's input requests", "parameters": [job_id],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["inputResponses"],
-                "properties": {"inputResponses": {"type": "object"}}}}}},
+                "properties": {"inputResponses": {"type": "object", "minProperties": 1}}}}}},
             "responses": {**_answer("202", "Recorded"), **_errors("400", "404", "409", "422")}}},
         "/v1/jobs/{job_id}/events": {"get": {"summary": "Server-sent events of the job's changes",
                                              "parameters": [job_id],
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
-        "/v1/operations": {"get": {"summary": "Registered operations", "responses": {"200": {"description": "OK"}}}},
+        "/v1/operations": {"get": {"summary": "Registered operations",
+                                   "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],
                              "responses": {"200": {"description": "OK"}, "503": {"description": "Down"}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "OK"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics",
+                             "responses": {"200": {"description": "OK"}, **_errors()}}},
     }
     return {
         "openapi": "3.1.0",

@@ -74,16 +74,13 @@ def sweeper() -> None:
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.pass_context
 def flower(ctx: click.Context) -> None:
-    """Run Flower behind basic auth (FLOWER_BASIC_AUTH=user:password)."""
+    """Run Flower behind basic auth (FLOWER_BASIC_AUTH=user:password), on 127.0.0.1 unless FLOWER_ADDRESS says."""
+    from workers.flower import flower_argv
     from workers.main import start_flower
 
-    auth = os.environ.get("FLOWER_BASIC_AUTH")
-    if not auth and os.environ.get("TASKS_BACKEND_DEV") != "1":
+    if not os.environ.get("FLOWER_BASIC_AUTH") and os.environ.get("TASKS_BACKEND_DEV") != "1":
         raise click.ClickException("FLOWER_BASIC_AUTH=user:password is required outside development.")
-    args = [f"--port={os.environ.get('FLOWER_PORT', '5555')}", "--address=0.0.0.0", *ctx.args]
-    if auth:
-        args.append(f"--basic-auth={auth}")
-    start_flower(args)
+    start_flower(flower_argv(os.environ, ctx.args))
 
 
 @main.command()

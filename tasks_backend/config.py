@@ -62,6 +62,12 @@ class Settings:
     #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
     ui_secret: str | None = None
 
+    #: Origins (`scheme://host[:port]`) a browser may call the API from; a request with any other
+    #: `Origin` is refused with 403 (DNS rebinding). Requests without `Origin` are not browsers'.
+    allowed_origins: tuple[str, ...] = ()
+    #: The URL callers reach this server by (agent card); never taken from a request's Host header.
+    public_url: str = "http://localhost:8000"
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -101,6 +107,10 @@ class Settings:
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
             "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
             "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
+            "allowed_origins": tuple(o.strip().rstrip("/") for o in
+                                     (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),
+            "public_url": (e.get("TASKS_BACKEND_PUBLIC_URL")
+                           or f"http://localhost:{e.get('PORT') or '8000'}").rstrip("/"),
         }
         values.update(overrides)
         return cls(**values)

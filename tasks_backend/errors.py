@@ -6,6 +6,7 @@
     │   └── InvalidParams          params that fail the operation's schema
     │       └── UnknownOperation
     ├── Unauthenticated            no or bad credentials
+    ├── OriginNotAllowed           a browser page from an origin not in TASKS_BACKEND_ALLOWED_ORIGINS
     ├── JobNotFound                missing, expired, or another owner's job: all alike
     ├── Conflict                   the job is not in a state that allows the call
     │   ├── JobNotCancelable       already terminal
@@ -53,6 +54,10 @@ class UnknownOperation(InvalidParams):
 
 class Unauthenticated(TasksBackendError):
     message = "A valid bearer token is required."
+
+
+class OriginNotAllowed(TasksBackendError):
+    message = "Requests from this Origin are not allowed."
 
 
 class JobNotFound(TasksBackendError):
@@ -108,6 +113,8 @@ ERROR_MAP: dict[type[TasksBackendError], ErrorMapping] = {
     InvalidParams: ErrorMapping(422, -32602, -32602, "invalid-params", "Invalid parameters"),
     UnknownOperation: ErrorMapping(422, -32602, -32602, "unknown-operation", "Unknown operation"),
     Unauthenticated: ErrorMapping(401, -32001, -32001, "unauthenticated", "Unauthenticated"),
+    # -32600: the request as a whole is refused, before any method is looked at.
+    OriginNotAllowed: ErrorMapping(403, -32600, -32600, "origin-not-allowed", "Origin not allowed"),
     JobNotFound: ErrorMapping(404, -32602, -32001, "not-found", "Not found"),
     Conflict: ErrorMapping(409, -32602, -32002, "conflict", "Conflict"),
     JobNotCancelable: ErrorMapping(409, -32602, -32002, "not-cancelable", "Job not cancelable"),

@@ -20,6 +20,7 @@ from typing import Any
 
 _task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("task_id", default=None)
 _operation: contextvars.ContextVar[str | None] = contextvars.ContextVar("operation", default=None)
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 _SECRETS = re.compile(r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?|basic[-_]auth[=:\s]+"
                       r"|token[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]+)")
@@ -57,6 +58,15 @@ def job_context(task_id: str, operation: str | None) -> Iterator[None]:
         _operation.reset(tokens[1])
 
 
+def bind_request(request_id: str | None) -> contextvars.Token[str | None]:
+    """Attach a web request's id to every log line of the current thread until `unbind_request`."""
+    return _request_id.set(request_id)
+
+
+def unbind_request(token: contextvars.Token[str | None]) -> None:
+    _request_id.reset(token)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -73,6 +83,9 @@ class JsonFormatter(logging.Formatter):
             out["taskId"] = task_id
         if operation:
             out["operation"] = operation
+        request_id = _request_id.get()
+        if request_id:
+            out["requestId"] = request_id
         if record.exc_info:
             out["exception"] = mask_secrets(self.formatException(record.exc_info))
         return json.dumps(out, ensure_ascii=False)
@@ -87,6 +100,9 @@ class TextFormatter(logging.Formatter):
         task_id = getattr(record, "taskId", None) or _task_id.get()
         if task_id:
             line += f" taskId={task_id} operation={getattr(record, 'operation', None) or _operation.get()}"
+        request_id = _request_id.get()
+        if request_id:
+            line += f" requestId={request_id}"
         return line
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
-from marshmallow import Schema, ValidationError
+from marshmallow import Schema, ValidationError, fields, validate
 
 from .errors import InvalidParams, UnknownOperation
 
@@ -39,7 +39,9 @@ class JobSpec:
     _schema: Schema = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_schema", self.params())
+        schema = self.params()
+        _strict_integers(schema)
+        object.__setattr__(self, "_schema", schema)
 
     def load_params(self, raw: Any) -> dict[str, Any]:
         """Validate and deserialize params; errors name the offending fields."""
@@ -48,7 +50,7 @@ class JobSpec:
         if not isinstance(raw, dict):
             raise InvalidParams("`params` must be a JSON object.")
         try:
-            loaded = self._schema.load(raw)
+            loaded = self._schema.load(_whole_floats_as_ints(self._schema, raw))
         except ValidationError as exc:
             raise InvalidParams("The parameters do not match the operation's schema.",
                                 extra={"errors": exc.normalized_messages()}) from exc  # type: ignore[no-untyped-call]
@@ -57,6 +59,51 @@ class JobSpec:
     def dump_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Loaded params back to JSON-safe values (for storage)."""
         return dict(self._schema.dump(params))
+
+
+def _strict_integers(schema: Schema) -> None:
+    """Integer fields refuse 2.5 and "5" instead of truncating or coercing them, as their published
+    JSON Schema (`"type": "integer"`) says; 2.0 is an integer there (and A2A's protobuf numbers are all
+    doubles), so `_whole_floats_as_ints` turns it into 2 first."""
+    for item in schema.fields.values():
+        if isinstance(item, fields.Integer):
+            item.strict = True
+        elif isinstance(item, fields.Nested) and isinstance(item.schema, Schema):
+            _strict_integers(item.schema)
+
+
+def _exclusive_bounds(schema: Schema, published: dict[str, Any]) -> dict[str, Any]:
+    """apispec publishes `Range(min=0, min_inclusive=False)` as `minimum: 0`, which lets 0 through on
+    paper; JSON Schema says it with `exclusiveMinimum` (and `exclusiveMaximum`)."""
+    properties = published.get("properties") or {}
+    for name, item in schema.fields.items():
+        prop = properties.get(item.data_key or name)
+        for rule in item.validators:
+            if not isinstance(rule, validate.Range) or not isinstance(prop, dict):
+                continue
+            if rule.min is not None and not rule.min_inclusive:
+                prop.pop("minimum", None)
+                prop["exclusiveMinimum"] = rule.min
+            if rule.max is not None and not rule.max_inclusive:
+                prop.pop("maximum", None)
+                prop["exclusiveMaximum"] = rule.max
+    return published
+
+
+def _whole_floats_as_ints(schema: Schema, raw: dict[str, Any]) -> dict[str, Any]:
+    out = raw
+    for name, item in schema.fields.items():
+        key = item.data_key or name
+        value = raw.get(key)
+        if isinstance(item, fields.Integer) and isinstance(value, float) and value.is_integer():
+            fixed: Any = int(value)
+        elif isinstance(item, fields.Nested) and isinstance(item.schema, Schema) and isinstance(value, dict):
+            fixed = _whole_floats_as_ints(item.schema, value)
+        else:
+            continue
+        if fixed is not value:
+            out = {**out, key: fixed}
+    return out
 
 
 def job(name: str, *, params: type[Schema] | None = None, ttl: float | None = None,
@@ -134,7 +181,8 @@ class Registry:
         """The JSON Schema of an operation's params, as published by every protocol."""
         if name not in self._schemas:
             assert self._plugin.converter is not None
-            self._schemas[name] = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
+            schema = dict(self._plugin.converter.schema2jsonschema(self.get(name).params))  # type: ignore[no-untyped-call]
+            self._schemas[name] = _exclusive_bounds(self.get(name).params(), schema)
         return self._schemas[name]
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -64,9 +65,10 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, _, job_id = raw.partition(":")
-        if not _valid_id(job_id):
+        order = float(created)
+        if not _valid_id(job_id) or not math.isfinite(order):  # nan or inf would reach Redis as a score
             raise ValueError(job_id)
-        return float(created), job_id
+        return order, job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not valid.") from exc
 

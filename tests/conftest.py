@@ -22,7 +22,7 @@ from werkzeug.serving import make_server
 from adapters.app import create_app
 from tasks_backend.auth import token_digest
 from tasks_backend.config import Settings
-from tasks_backend.embedded import EmbeddedRedis
+from tasks_backend.embedded import EmbeddedRedis, free_port
 from tasks_backend.runtime import Runtime, build_runtime
 from workers.celery_app import create_celery
 
@@ -102,8 +102,14 @@ def make_settings(redis_base: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def settings(redis_base: str, token_file: Path, users: Users) -> Settings:
-    return make_settings(redis_base, tokens_file=str(token_file))
+def live_port() -> int:
+    """The port `live_url` serves on, chosen before the app exists: the agent card names it."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def settings(redis_base: str, token_file: Path, users: Users, live_port: int) -> Settings:
+    return make_settings(redis_base, tokens_file=str(token_file), public_url=f"http://127.0.0.1:{live_port}")
 
 
 @pytest.fixture(scope="session")
@@ -133,9 +139,9 @@ def client(flask_app: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def live_url(flask_app: Any) -> Iterator[str]:
+def live_url(flask_app: Any, live_port: int) -> Iterator[str]:
     """The app served over real HTTP on loopback (threaded werkzeug server)."""
-    server = make_server("127.0.0.1", 0, flask_app, threaded=True)
+    server = make_server("127.0.0.1", live_port, flask_app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -12,6 +12,7 @@ from tasks_backend.config import Settings
 
 from . import push
 from .celery_app import create_celery
+from .flower import guard_metrics
 
 
 def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> int:
@@ -34,6 +35,7 @@ def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> 
 
 
 def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
+    guard_metrics()
     app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])
 

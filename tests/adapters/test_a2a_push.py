@@ -27,6 +27,7 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.config import Settings
+from tasks_backend.embedded import free_port
 from tasks_backend.runtime import build_runtime
 from tests.adapters.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
@@ -37,15 +38,17 @@ from tests.tasks_backend.test_push import Receiver
 @pytest.fixture(scope="module")
 def push_settings(redis_base: str, token_file: Path) -> Settings:
     """Its own key prefix and queue, so the worker below serves only this module's jobs."""
-    return make_settings(redis_base, tokens_file=str(token_file), push_allow_private=True)
+    return make_settings(redis_base, tokens_file=str(token_file), push_allow_private=True,
+                         public_url=f"http://127.0.0.1:{free_port()}")
 
 
 @pytest.fixture(scope="module")
 def push_url(push_settings: Settings) -> Iterator[str]:
-    server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(push_settings)), threaded=True)
+    port = int(push_settings.public_url.rsplit(":", 1)[1])
+    server = make_server("127.0.0.1", port, create_app(runtime=build_runtime(push_settings)), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}"
+        yield push_settings.public_url
     finally:
         server.shutdown()
 

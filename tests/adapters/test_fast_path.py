@@ -1,4 +1,5 @@
-"""The WSGI fast path answers exactly as the Flask routes behind it would, and hands over what it cannot."""
+"""The fast routes answer exactly as the Flask routes behind the same entrance would, and hand over what
+they cannot."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from adapters.app import create_app
+from adapters.entrance import Entrance
 from tasks_backend.runtime import Runtime
 from tests.conftest import ALICE, BOB
 
@@ -19,9 +21,12 @@ MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
 
 
 def _both(flask_app: Any, **request: Any) -> tuple[tuple[int, dict[str, str], Any], ...]:
-    """The same request through the fast path and straight to Flask: (status, headers, JSON body) each."""
+    """The same request through the entrance with and without its fast routes: (status, headers, JSON body)."""
+    entrance = flask_app.wsgi_app
+    slow = Entrance(entrance.app, flask_app.extensions["tasks_backend"], entrance.authenticator)
+    slow.fast = None
     out = []
-    for wsgi in (flask_app.wsgi_app, flask_app.wsgi_app.app):
+    for wsgi in (entrance, slow):
         body, status, headers = run_wsgi_app(wsgi, EnvironBuilder(**request).get_environ())
         raw = b"".join(body)
         out.append((int(status.split()[0]), dict(headers), json.loads(raw) if raw else None))

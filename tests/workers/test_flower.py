@@ -21,7 +21,7 @@ from tasks_backend.runtime import Runtime
 from tasks_backend.states import CELERY_STATES
 from tests.conftest import wait_until
 from tests.support.procs import settings_env, wait_for_http
-from workers.flower import celery_outcome
+from workers.flower import celery_outcome, flower_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower", "--address=127.0.0.1"],
+        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
@@ -50,7 +50,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_flower_refuses_without_credentials(flower: dict[str, Any]) -> None:
-    for path in ("/", "/api/tasks", "/api/workers"):
+    for path in ("/", "/api/tasks", "/api/workers", "/metrics"):
         response = httpx.get(flower["url"] + path, timeout=10)
         assert response.status_code == 401, path
     wrong = httpx.get(flower["url"] + "/api/tasks", auth=("ops", "wrong"), timeout=10)
@@ -105,3 +105,14 @@ def test_a_failed_job_shows_as_failure(worker: Any, runtime: Runtime, flower: di
 def test_flower_logs_carry_no_secret(flower: dict[str, Any]) -> None:
     text = Path(flower["log"]).read_text()
     assert flower["password"] not in text
+
+
+def test_flower_metrics_answer_with_credentials(flower: dict[str, Any]) -> None:
+    response = httpx.get(flower["url"] + "/metrics", auth=flower["auth"], timeout=10)
+    assert response.status_code == 200 and "flower_" in response.text
+
+
+def test_flower_listens_on_loopback_unless_told_otherwise() -> None:
+    assert "--address=127.0.0.1" in flower_argv({})
+    assert "--address=0.0.0.0" in flower_argv({"FLOWER_ADDRESS": "0.0.0.0"})
+    assert flower_argv({"FLOWER_PORT": "6000", "FLOWER_BASIC_AUTH": "ops:pw"}, ["--address=::1"])[-1] == "--address=::1"

@@ -1,0 +1,202 @@
+"""The one way in: every request, on every route of every protocol, passes here before anything else.
+
+In this order, each in this one place:
+
+1. a request id: `X-Request-Id` kept when it is a sane token, otherwise made; echoed on the answer
+   and carried by every log line written while the request is handled;
+2. the Origin rule: a request carrying `Origin` must name an allowed origin (MCP transport, DNS
+   rebinding); requests without it (non-browser clients) pass;
+3. the declared body size (`Content-Length` over the limit: 413 before a byte is read);
+4. authentication (except the public paths and CORS preflights), then every registered `Check`
+   (the limits): a check sees the principal, or the authentication failure, and may refuse;
+5. a chunked body is read here up to the limit (413 beyond it) and handed on with its length;
+6. the hot calls (`fast_path`) are answered at once; everything else goes to Flask, which reads the
+   principal found here (`PRINCIPAL`) and never authenticates again.
+
+A refusal is mapped once, by the error table: `application/problem+json` on the HTTP routes, a
+JSON-RPC error (id null) with the same status and headers on `/mcp` and `/a2a`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import urlsplit
+
+from tasks_backend import logs
+from tasks_backend.auth import Authenticator, Principal
+from tasks_backend.errors import (
+    BadRequest,
+    OriginNotAllowed,
+    PayloadTooLarge,
+    TasksBackendError,
+    Unauthenticated,
+)
+from tasks_backend.runtime import Runtime
+
+from . import jsonrpc
+from .fast_path import FastRoutes
+from .problems import PROBLEM_JSON, error_parts
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+StartResponse = Callable[..., Any]
+log = logging.getLogger(__name__)
+
+#: Paths anyone may read: probes and the API description.
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
+#: JSON-RPC endpoints, whose refusals are JSON-RPC errors in their dialect.
+RPC_PATHS: dict[str, jsonrpc.Dialect] = {"/mcp": "mcp", "/a2a": "a2a"}
+#: WSGI environ keys this layer fills for the layers behind it.
+PRINCIPAL = "tasks_backend.principal"
+REQUEST_ID = "tasks_backend.request_id"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
+
+
+@dataclass
+class Admission:
+    """What a check sees of a request that got past the Origin rule and the declared body size."""
+
+    environ: dict[str, Any]
+    method: str
+    path: str
+    #: The authenticated caller; None on a public path, a preflight, or when authentication failed.
+    principal: Principal | None
+    #: Why authentication failed (raised after the checks, unless a check refuses first).
+    failure: Unauthenticated | None = None
+
+    @property
+    def client_address(self) -> str:
+        return str(self.environ.get("REMOTE_ADDR") or "")
+
+
+#: A check at the door: returns to let the request in, raises a `TasksBackendError` to refuse it.
+Check = Callable[[Admission], None]
+
+
+_LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+
+
+def loopback_origin(origin: str) -> bool:
+    """An origin on this machine's loopback. DNS rebinding cannot forge one (the browser names the
+    attacker's domain in `Origin`), and a page served from loopback is already local."""
+    try:
+        host = urlsplit(origin).hostname or ""
+    except ValueError:
+        return False
+    return host in _LOOPBACK_HOSTS or f"[{host}]" in _LOOPBACK_HOSTS
+
+
+def origin_of(url: str) -> str:
+    """`scheme://host[:port]` of a URL, lower-cased, as browsers send it in `Origin`."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}" if parts.scheme and parts.netloc else url.strip()
+
+
+class Entrance:
+    def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator,
+                 checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False) -> None:
+        self.app, self.authenticator = app, authenticator
+        # Paths whose caller is known by a session cookie, checked behind the door (the web page).
+        self.session_paths = session_paths
+        self.checks: list[Check] = list(checks)
+        self.fast: FastRoutes | None = FastRoutes(runtime)
+        settings = runtime.settings
+        self.max_body = settings.max_body_bytes
+        # The server's own public origin is allowed: a page it serves itself may call it.
+        self.origins = frozenset(origin_of(o) for o in (*settings.allowed_origins, settings.public_url))
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        supplied = environ.get("HTTP_X_REQUEST_ID")
+        # os.urandom, not uuid4: a quarter of the cost on every request, the same 128 random bits.
+        request_id = supplied if supplied and _REQUEST_ID.fullmatch(supplied) else os.urandom(16).hex()
+        environ[REQUEST_ID] = request_id
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers.append(("X-Request-Id", request_id))
+            return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
+
+        token = logs.bind_request(request_id)
+        try:
+            try:
+                principal = self._admit(environ)
+                answer = self.fast.answer(environ, principal) if self.fast is not None else None
+            except Exception as exc:
+                return self._refuse(environ, start, exc)
+            if answer is None:
+                return self.app(environ, start)
+            headers = list(answer.headers)
+            if answer.payload:
+                headers.insert(0, ("Content-Type", "application/json"))
+            return _respond(start, answer.status, answer.payload, headers)
+        finally:
+            logs.unbind_request(token)
+
+    def _admit(self, environ: dict[str, Any]) -> Principal | None:
+        """The caller, once every rule let the request in; raises the refusal otherwise."""
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is not None and origin_of(origin) not in self.origins and not loopback_origin(origin):
+            raise OriginNotAllowed()
+        declared = environ.get("CONTENT_LENGTH")
+        if declared:
+            if not declared.isdigit():
+                raise BadRequest("Content-Length is not a number.")
+            if int(declared) > self.max_body:
+                raise PayloadTooLarge()
+        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
+        principal: Principal | None = None
+        failure: Unauthenticated | None = None
+        if path not in PUBLIC_PATHS and method != "OPTIONS" and not self.session_paths(path):
+            try:
+                principal = self.authenticator.authenticate(environ.get("HTTP_AUTHORIZATION"))
+            except Unauthenticated as exc:
+                failure = exc
+        if self.checks:
+            admission = Admission(environ, method, path, principal, failure)
+            for check in self.checks:
+                check(admission)
+        if failure is not None:
+            raise failure
+        environ[PRINCIPAL] = principal
+        if not declared and "chunked" in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower():
+            self._read_chunked(environ)
+        return principal
+
+    def _read_chunked(self, environ: dict[str, Any]) -> None:
+        """A body of unknown length, read here up to the limit, so nothing behind sees a cut one."""
+        stream = environ["wsgi.input"]
+        chunks, size = [], 0
+        while size <= self.max_body:
+            chunk = stream.read(min(65536, self.max_body + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > self.max_body:
+            raise PayloadTooLarge()
+        raw = b"".join(chunks)
+        environ["wsgi.input"] = io.BytesIO(raw)
+        environ["CONTENT_LENGTH"] = str(len(raw))
+        environ.pop("HTTP_TRANSFER_ENCODING", None)
+
+    def _refuse(self, environ: dict[str, Any], start: StartResponse, exc: Exception) -> list[bytes]:
+        status, problem, headers = error_parts(exc)
+        dialect = RPC_PATHS.get(environ.get("PATH_INFO", ""))
+        if dialect is None:
+            return _respond(start, status, json.dumps(problem).encode(), [("Content-Type", PROBLEM_JSON), *headers])
+        if isinstance(exc, TasksBackendError):
+            body = jsonrpc.error_for(None, exc, dialect)
+        else:  # already logged by error_parts; nothing about it reaches the caller
+            body = jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "Internal error")
+        return _respond(start, status, json.dumps(body).encode(), [("Content-Type", "application/json"), *headers])
+
+
+def _respond(start: StartResponse, status: int, payload: bytes, headers: list[tuple[str, str]]) -> list[bytes]:
+    start(f"{status} {HTTPStatus(status).phrase}", [*headers, ("Content-Length", str(len(payload)))])
+    return [payload]
