@@ -151,9 +151,10 @@ def _dispatch(call: Call, revision: str) -> Reply:
 def _revision(rpc: jsonrpc.Request, headers: HeaderLookup) -> str:
     """Which revision a request speaks, or the error that says why it speaks none we serve."""
     header = headers.get("MCP-Protocol-Version")
-    if header is not None and header not in SUPPORTED_VERSIONS and not (
-            rpc.method == "initialize" and header in HANDSHAKE_VERSIONS):
-        raise _unsupported(header)  # the transport says: an unsupported version header is a 400
+    # The transport says an unsupported version header is a 400. The older dated revisions negotiate
+    # down to 2025-11-25 (clients, the conformance suite among them, keep sending the one they know).
+    if header is not None and header not in SUPPORTED_VERSIONS and header not in HANDSHAKE_VERSIONS:
+        raise _unsupported(header)
     meta = rpc.params.get("_meta")
     if meta is not None and not isinstance(meta, dict):
         raise jsonrpc.RpcError(jsonrpc.INVALID_PARAMS, "`_meta` must be an object.", http_status=400)
