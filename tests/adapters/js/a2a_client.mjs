@@ -85,6 +85,11 @@ for await (const event of client.sendMessageStream(request({ operation: "demo.ex
   const payload = event.payload ?? event;
   events.push(payload.$case ?? Object.keys(payload)[0]);
   if (payload.$case === "statusUpdate") streamed = TaskState[payload.value.status.state];
+  // A job that finished before the stream opened arrives whole: its task already holds the artifact.
+  if (payload.$case === "task" && payload.value.artifacts?.length) {
+    events.push("taskArtifact");
+    streamed = TaskState[payload.value.status.state];
+  }
 }
 emit("stream", { events, final: streamed });
 
