@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from flask import Flask, g, request
+from flask import Flask, Response, g, request
 
 from tasks_backend.config import Settings
-from tasks_backend.errors import PayloadTooLarge
+from tasks_backend.errors import PayloadTooLarge, RateLimited
 from tasks_backend.runtime import Runtime, build_runtime
 
 from . import a2a, http_jobs, mcp, observability, openapi, problems
 from .fast_path import FastPath
+from .limits_http import ADMITTED, jsonrpc_refusal
 
 #: Paths anyone may read: probes and the API description.
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
@@ -22,14 +23,25 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tasks_backend"] = runtime
     authenticator = runtime.authenticator()
+    gate = runtime.gate(authenticator)
 
     @app.before_request
-    def _authenticate() -> None:
+    def _authenticate() -> Response | None:
         if request.content_length and request.content_length > runtime.settings.max_body_bytes:
             raise PayloadTooLarge()
         if request.path in PUBLIC_PATHS or request.method == "OPTIONS":
-            return
-        g.principal = authenticator.authenticate(request.headers.get("Authorization"))
+            return None
+        # Authentication and the per-request limits (rate, failed auth per address): one call per request.
+        try:
+            g.principal = request.environ.get(ADMITTED) or gate.authenticate(
+                request.headers.get("Authorization"), request.remote_addr)
+        except RateLimited as exc:
+            refusal = jsonrpc_refusal(exc, request.path)
+            if refusal is None:
+                raise
+            status, payload, headers = refusal
+            return Response(payload, status=status, mimetype="application/json", headers=headers)
+        return None
 
     problems.register(app)
     observability.install(app, runtime)

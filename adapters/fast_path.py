@@ -18,11 +18,13 @@ from typing import Any
 
 from werkzeug.datastructures import EnvironHeaders
 
-from tasks_backend.auth import Authenticator
+from tasks_backend.auth import Authenticator, Principal
+from tasks_backend.errors import RateLimited
 from tasks_backend.runtime import Runtime
 
 from . import mcp
 from .http_jobs import handle_body, submit_body
+from .limits_http import ADMITTED, jsonrpc_refusal
 from .mcp_tools import Stream
 from .problems import PROBLEM_JSON, error_parts
 
@@ -45,6 +47,7 @@ def _respond(start_response: StartResponse, status: int, payload: bytes, headers
 class FastPath:
     def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator) -> None:
         self.app, self.runtime, self.authenticator = app, runtime, authenticator
+        self.gate = runtime.gate(authenticator)
         self.service = runtime.service
         self.max_body = runtime.settings.max_body_bytes
 
@@ -78,21 +81,30 @@ class FastPath:
         environ["wsgi.input"] = io.BytesIO(raw)
         return raw
 
+    def _principal(self, environ: dict[str, Any]) -> Principal:
+        """Authentication and the per-request limits: one call per request (as in the Flask app)."""
+        return self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
+
     def _poll(self, environ: dict[str, Any], start_response: StartResponse, path: str) -> Iterable[bytes]:
-        principal = self.authenticator.authenticate(environ.get("HTTP_AUTHORIZATION"))
+        principal = self._principal(environ)
         payload, headers = handle_body(self.service.get(principal, path[len(_JOB_PREFIX):]))
         return _respond(start_response, 200, payload, headers)
 
     def _submit(self, environ: dict[str, Any], start_response: StartResponse, raw: bytes) -> Iterable[bytes]:
-        principal = self.authenticator.authenticate(environ.get("HTTP_AUTHORIZATION"))
+        principal = self._principal(environ)
         payload, headers = submit_body(self.service, principal, raw, environ.get("HTTP_IDEMPOTENCY_KEY"))
         return _respond(start_response, 202, payload, headers)
 
     def _mcp(self, environ: dict[str, Any], start_response: StartResponse, raw: bytes) -> Iterable[bytes]:
-        principal = self.authenticator.authenticate(environ.get("HTTP_AUTHORIZATION"))
+        try:
+            principal = self._principal(environ)
+        except RateLimited as exc:
+            status, payload, headers = jsonrpc_refusal(exc, "/mcp") or (429, b"", [])
+            return _respond(start_response, status, payload, headers)
         answer = mcp.handle_post(raw, EnvironHeaders(environ), principal, self.runtime, only=MCP_METHODS)
-        if answer is None:
-            return self.app(environ, start_response)  # not one of ours, and nothing was done yet
+        if answer is None:  # not one of ours, and nothing was done yet but admitting the caller (counted once)
+            environ[ADMITTED] = principal
+            return self.app(environ, start_response)
         if isinstance(answer, Stream):
             raise TypeError(f"{sorted(MCP_METHODS)} never answer with a stream")
         return _respond(start_response, answer.status, answer.payload(), list(answer.headers.items()))

@@ -125,7 +125,8 @@ def events(job_id: str) -> Response:
     A stream lasts at most `sse_max_s` (so a sync worker is never held for a day); the client
     reconnects with `Last-Event-ID` and resumes where it left off, as EventSource does by itself.
     """
-    service = _service()
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    service = runtime.service
     after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
     if not _is_stream_id(after):
         raise BadRequest("`Last-Event-ID` is not an event id.")
@@ -138,7 +139,9 @@ def events(job_id: str) -> Response:
             prefix = f"id: {event_id}\n" if event_id else ""
             yield f"{prefix}event: handle\ndata: {json.dumps(detailed(record))}\n\n"
 
-    response = Response(stream_with_context(generate()), mimetype="text/event-stream")
+    # Counted as one of the principal's open streams until it ends or the client goes away.
+    held = runtime.limits().hold(g.principal, generate())
+    response = Response(stream_with_context(held), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response

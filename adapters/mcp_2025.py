@@ -141,7 +141,9 @@ def task_result(call: Call) -> Reply:
     record = call.service.get(call.principal, task_id)
     if record.terminal:
         return final_result(record)
-    return Stream(_result_events(call.service, call.principal, task_id, call.rpc.id, set()))
+    # One of the principal's open streams until it ends or the client goes away.
+    return Stream(call.runtime.limits().hold(
+        call.principal, _result_events(call.service, call.principal, task_id, call.rpc.id, set())))
 
 
 def resume(service: JobService, principal: Principal, last_event_id: str) -> Stream | None:

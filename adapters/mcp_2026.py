@@ -155,7 +155,8 @@ def listen(call: Call) -> Reply:
                              "params": {**detailed_task(record), "_meta": meta}})
         yield sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
 
-    return Stream(events())
+    # One of the principal's open streams until it ends or the client goes away.
+    return Stream(call.runtime.limits().hold(call.principal, events()))
 
 
 def _merged_watch(call: Call, task_ids: list[str], max_s: float) -> Iterator[JobRecord]:

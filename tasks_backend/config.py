@@ -57,6 +57,25 @@ class Settings:
     push_max_attempts: int = 8
     push_timeout_s: float = 5.0
 
+    # Limits per principal (0 turns one off), kept in Redis so that they hold across web processes and hosts.
+    #: Requests per `rate_window_s`: a burst of that many, refilled evenly over the window.
+    rate_limit: int = 3000
+    rate_window_s: float = 5.0
+    #: Failed authentications per client address per window; past it every request from there gets a 429.
+    auth_failure_limit: int = 100
+    auth_failure_window_s: float = 60.0
+    #: Jobs not yet terminal that one principal may have.
+    max_active_jobs: int = 1000
+    #: Event streams, subscriptions and blocking sends one principal may have open at once.
+    max_streams: int = 100
+    #: Bytes of a job's params as stored (canonical JSON).
+    max_params_bytes: int = 64 * 1024
+    #: Ceiling on a TTL the caller asks for (MCP `task.ttl`); an operation's own TTL is the operator's.
+    max_requested_ttl_s: float = 86400.0
+    #: Slow clients: the whole request head, and then the whole body, must arrive within these.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+
     @property
     def effective_broker_url(self) -> str:
         return self.broker_url or self.redis_url
@@ -94,6 +113,16 @@ class Settings:
             "push_allow_private": (e.get("TASKS_BACKEND_PUSH_ALLOW_PRIVATE") or "").lower() in ("1", "true"),
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
+            "rate_limit": _int(e, "TASKS_BACKEND_RATE_LIMIT", cls.rate_limit),
+            "rate_window_s": _float(e, "TASKS_BACKEND_RATE_WINDOW", cls.rate_window_s),
+            "auth_failure_limit": _int(e, "TASKS_BACKEND_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
+            "auth_failure_window_s": _float(e, "TASKS_BACKEND_AUTH_FAILURE_WINDOW", cls.auth_failure_window_s),
+            "max_active_jobs": _int(e, "TASKS_BACKEND_MAX_ACTIVE_JOBS", cls.max_active_jobs),
+            "max_streams": _int(e, "TASKS_BACKEND_MAX_STREAMS", cls.max_streams),
+            "max_params_bytes": _int(e, "TASKS_BACKEND_MAX_PARAMS", cls.max_params_bytes),
+            "max_requested_ttl_s": _float(e, "TASKS_BACKEND_MAX_REQUESTED_TTL", cls.max_requested_ttl_s),
+            "header_timeout_s": _float(e, "TASKS_BACKEND_HEADER_TIMEOUT", cls.header_timeout_s),
+            "body_timeout_s": _float(e, "TASKS_BACKEND_BODY_TIMEOUT", cls.body_timeout_s),
         }
         values.update(overrides)
         return cls(**values)

@@ -58,6 +58,23 @@ class Keys:
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
 
+    # -- limits (tasks_backend.limits) ----------------------------------------
+    def rate(self, owner: str) -> str:
+        """The principal's request-rate state (hash: theoretical arrival time, last request's answer)."""
+        return f"{self.owner_tag(owner)}:rate"
+
+    def active_jobs(self, owner: str) -> str:
+        """Ids of the principal's jobs that may not be terminal yet (set, pruned when it reaches the limit)."""
+        return f"{self.owner_tag(owner)}:active"
+
+    def streams(self, owner: str) -> str:
+        """The principal's open streams (sorted set: stream id -> lease expiry, ms)."""
+        return f"{self.owner_tag(owner)}:streams"
+
+    def auth_failures(self, address: str) -> str:
+        """Failed authentications from one client address in the current window (hash)."""
+        return f"{self.prefix}:{{a:{_digest(address, 12)}}}:authfail"
+
     # -- global --------------------------------------------------------------
     def sweep(self) -> str:
         """Jobs the sweeper must look at, scored by when (ms)."""

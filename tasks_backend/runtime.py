@@ -12,6 +12,7 @@ from .config import Settings
 from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
 from .execution import Executor
 from .keys import Keys
+from .limits import Gate, LimitedJobService, Limiter
 from .registry import Registry
 from .service import JobService
 from .store import RedisStore, connect
@@ -25,6 +26,7 @@ class Runtime:
     registry: Registry
     dispatcher: Dispatcher
     service: JobService
+    limiter: Limiter | None = None
     _executor: Executor | None = field(default=None, repr=False)
 
     def executor(self) -> Executor:
@@ -38,6 +40,15 @@ class Runtime:
 
     def authenticator(self) -> Authenticator:
         return Authenticator(self.settings)
+
+    def gate(self, authenticator: Authenticator | None = None) -> Gate:
+        """Authentication and the per-request limits, for an entrance to call once per request."""
+        return Gate(authenticator or self.authenticator(), self.limits())
+
+    def limits(self) -> Limiter:
+        if self.limiter is None:
+            self.limiter = Limiter(self.store.redis, self.store.keys, self.settings)
+        return self.limiter
 
 
 def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> Dispatcher:
@@ -58,7 +69,9 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
     registry = registry or Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
-    return Runtime(settings, store, registry, dispatcher, JobService(store, registry, dispatcher, settings))
+    limiter = Limiter(client, store.keys, settings)
+    service = LimitedJobService(store, registry, dispatcher, settings, limiter)
+    return Runtime(settings, store, registry, dispatcher, service, limiter)
 
 
 def connect_service(settings: Settings | None = None) -> JobService:
