@@ -47,6 +47,9 @@ class Settings:
     visibility_timeout_s: float = 4 * 3600.0
 
     redis_socket_timeout_s: float = 2.0
+    #: Redis connections one process may open: with gevent web workers every open request (an event stream
+    #: included) may hold one, and redis-py's default of 100 would turn the 101st into a 503.
+    redis_max_connections: int = 4000
     max_body_bytes: int = 1024 * 1024
     sse_max_s: float = 25.0
     task_events: bool = False
@@ -107,6 +110,7 @@ class Settings:
             "sweep_interval_s": _float(e, "TASKS_BACKEND_SWEEP_INTERVAL", cls.sweep_interval_s),
             "visibility_timeout_s": _float(e, "TASKS_BACKEND_VISIBILITY_TIMEOUT", cls.visibility_timeout_s),
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
+            "redis_max_connections": _int(e, "TASKS_BACKEND_REDIS_MAX_CONNECTIONS", cls.redis_max_connections),
             "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),
             "sse_max_s": _float(e, "TASKS_BACKEND_SSE_MAX", cls.sse_max_s),
             "task_events": (e.get("TASKS_BACKEND_TASK_EVENTS") or "").lower() in ("1", "true"),

@@ -1,7 +1,7 @@
 """Limits per principal, kept in Redis so that they hold across web processes and hosts.
 
-- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), one small script per request,
-  pipelined with the read of the caller's address's failed-authentication count: one round trip per request.
+- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script per
+  request that also reads the caller's address's failed-authentication count: one round trip per request.
 - Failed authentication per client address: counted in a fixed window; past the limit every request from that
   address is refused, good token or not (otherwise the 429 would tell a right guess from a wrong one).
 - Active jobs: a set of the principal's job ids. The per-request script counts it (no round trip of its own);
@@ -41,16 +41,24 @@ from .store import RedisStore, redis_errors
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-#: KEYS: rate hash, active-jobs set. ARGV: limit, window (µs), nonce.
-#: Answers {"allowed remaining retry_us reset_us" or "", active job count}.
+#: KEYS: rate hash, active-jobs set, the address's failure hash. ARGV: limit, window (µs), nonce, failure limit.
+#: Answers {"allowed remaining retry_us reset_us" or "" (no rate limit), active job count, ms the address stays
+#: blocked (0: not blocked)}.
 RATE_LUA = """
-local active = redis.call('SCARD', KEYS[2])
-local limit = tonumber(ARGV[1])
-if limit <= 0 then return {'', active} end
-local st = redis.call('HMGET', KEYS[1], 'tat', 'n', 'r')
-if st[2] == ARGV[3] and st[3] then return {st[3], active} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local active = redis.call('SCARD', KEYS[2])
+local blocked = 0
+local failures = tonumber(ARGV[4])
+if failures > 0 then
+  local f = redis.call('HMGET', KEYS[3], 'c', 'e')
+  local left = (tonumber(f[2]) or 0) - math.floor(now / 1000)
+  if (tonumber(f[1]) or 0) >= failures and left > 0 then blocked = left end
+end
+local limit = tonumber(ARGV[1])
+if limit <= 0 then return {'', active, blocked} end
+local st = redis.call('HMGET', KEYS[1], 'tat', 'n', 'r')
+if st[2] == ARGV[3] and st[3] then return {st[3], active, blocked} end
 local window = tonumber(ARGV[2])
 local interval = window / limit
 local tat = math.max(tonumber(st[1]) or 0, now)
@@ -63,21 +71,33 @@ else
 end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'n', ARGV[3], 'r', answer)
 redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
-return {answer, active}
+return {answer, active, blocked}
 """
 
-#: KEYS: failure hash. ARGV: window (ms), nonce. Answers {failures in this window, ms left of it}.
+#: KEYS: failure hash (c: count, e: end of the window in ms, n: last nonce). ARGV: window (ms), nonce.
+#: Answers {failures in this window, ms left of it}.
 AUTH_FAIL_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ends = tonumber(redis.call('HGET', KEYS[1], 'e'))
+if not ends or ends <= now then
+  redis.call('DEL', KEYS[1])
+  ends = now + tonumber(ARGV[1])
+  redis.call('HSET', KEYS[1], 'e', ends)
+  redis.call('PEXPIREAT', KEYS[1], ends)
+end
 if redis.call('HGET', KEYS[1], 'n') ~= ARGV[2] then
   redis.call('HINCRBY', KEYS[1], 'c', 1)
   redis.call('HSET', KEYS[1], 'n', ARGV[2])
 end
-local left = redis.call('PTTL', KEYS[1])
-if left < 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  left = tonumber(ARGV[1])
-end
-return {tonumber(redis.call('HGET', KEYS[1], 'c')), left}
+return {tonumber(redis.call('HGET', KEYS[1], 'c')), ends - now}
+"""
+
+#: KEYS: active-jobs set. ARGV: job id, TTL (ms): the longest a job can stay unfinished.
+TRACK_LUA = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
 """
 
 #: KEYS: streams zset. ARGV: limit, lease (ms), stream id. Answers {1, 0} (held) or {0, ms until a lease ends}.
@@ -108,48 +128,35 @@ class Limiter:
         self._window_us = int(s.rate_window_s * 1_000_000)
 
     # -- scripts ------------------------------------------------------------------------------
-    def _run(self, build: Any) -> list[Any]:
-        """Execute a pipeline built by `build(pipe, sha_of)`; a script Redis lost (restart) is loaded again."""
-        for attempt in (0, 1):
-            pipe = self.client.pipeline(transaction=False)
-            build(pipe, self._sha_of)
-            try:
-                with redis_errors():
-                    return list(pipe.execute())
-            except redis.exceptions.NoScriptError:
-                if attempt:
-                    raise
-                self._sha.clear()
-        raise AssertionError("unreachable")
-
-    def _sha_of(self, source: str) -> str:
-        sha = self._sha.get(source)
-        if sha is None:
-            with redis_errors():
-                sha = self._sha[source] = str(self.client.script_load(source))
-        return sha
+    def _eval(self, source: str, keys: list[str], *args: Any) -> Any:
+        """Run a script by its SHA (loading it first, or again after a Redis restart lost it)."""
+        with redis_errors():
+            sha = self._sha.get(source)
+            if sha is not None:
+                try:
+                    return self.client.evalsha(sha, len(keys), *keys, *args)
+                except redis.exceptions.NoScriptError:
+                    pass
+            sha = self._sha[source] = str(self.client.script_load(source))
+            return self.client.evalsha(sha, len(keys), *keys, *args)
 
     # -- per request ---------------------------------------------------------------------------
     def admit(self, principal: Principal, address: str | None) -> None:
         """Count one request of `principal` from `address`; raises `RateLimited` over a limit."""
         s, owner = self.settings, principal.name
         check_address = bool(address and s.auth_failure_limit > 0)
-        fail_key = self.keys.auth_failures(address or "")
-        nonce = secrets.token_hex(8)
-
-        def build(pipe: Any, sha_of: Any) -> None:
-            if check_address:
-                pipe.hget(fail_key, "c")
-                pipe.pttl(fail_key)
-            pipe.evalsha(sha_of(RATE_LUA), 2, self.keys.rate(owner), self.keys.active_jobs(owner),
-                         s.rate_limit, self._window_us, nonce)
-
-        replies = self._run(build)
-        (answer, active) = replies[-1]
+        if not check_address and s.rate_limit <= 0 and s.max_active_jobs <= 0:
+            _admitted.set(None)
+            return
+        # One script, one round trip: the address's failure count rides along with the principal's keys (on a
+        # Redis Cluster that read would move to its own command in the same pipeline: a different slot).
+        answer, active, blocked_ms = self._eval(
+            RATE_LUA, [self.keys.rate(owner), self.keys.active_jobs(owner), self.keys.auth_failures(address or "")],
+            s.rate_limit, self._window_us, secrets.token_hex(8), s.auth_failure_limit if check_address else 0)
         _admitted.set((owner, int(active)))
-        if check_address and int(replies[0] or 0) >= s.auth_failure_limit:
+        if int(blocked_ms) > 0:
             raise RateLimited("Too many failed authentications from this address; retry later.",
-                              retry_after_s=math.ceil(max(int(replies[1]), 1000) / 1000))
+                              retry_after_s=math.ceil(int(blocked_ms) / 1000))
         if answer:
             allowed, remaining, retry_us, reset_us = (int(x) for x in answer.split())
             if not allowed:
@@ -165,8 +172,7 @@ class Limiter:
             return
         key, window_ms, nonce = self.keys.auth_failures(address), int(s.auth_failure_window_s * 1000), \
             secrets.token_hex(8)
-        [(count, left_ms)] = self._run(lambda pipe, sha_of: pipe.evalsha(
-            sha_of(AUTH_FAIL_LUA), 1, key, window_ms, nonce))
+        count, left_ms = self._eval(AUTH_FAIL_LUA, [key], window_ms, nonce)
         if int(count) > s.auth_failure_limit:
             raise RateLimited("Too many failed authentications from this address; retry later.",
                               retry_after_s=math.ceil(max(int(left_ms), 1000) / 1000))
@@ -207,12 +213,7 @@ class Limiter:
     def track_job(self, owner: str, job_id: str) -> None:
         if self.settings.max_active_jobs <= 0:
             return
-        key = self.keys.active_jobs(owner)
-        with redis_errors():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.sadd(key, job_id)
-            pipe.pexpire(key, int(self.settings.max_ttl_s * 1000))
-            pipe.execute()
+        self._eval(TRACK_LUA, [self.keys.active_jobs(owner)], job_id, int(self.settings.max_ttl_s * 1000))
         admitted = _admitted.get()
         if admitted is not None and admitted[0] == owner:
             _admitted.set((owner, admitted[1] + 1))
@@ -242,8 +243,7 @@ class StreamSlot:
         limit = self.limiter.settings.max_streams
         if limit <= 0 or (not first and time.monotonic() < self.renew_at):
             return
-        [(held, wait_ms)] = self.limiter._run(lambda pipe, sha_of: pipe.evalsha(
-            sha_of(STREAM_LUA), 1, self.key, limit if first else 2**31, self.lease_ms, self.id))
+        held, wait_ms = self.limiter._eval(STREAM_LUA, [self.key], limit if first else 2**31, self.lease_ms, self.id)
         self.renew_at = time.monotonic() + self.lease_ms / 2000
         if not int(held):
             self.open = False
@@ -310,8 +310,8 @@ class Gate:
             raise
         try:
             self.limiter.admit(principal, address)
-        except StoreUnavailable:
-            log.warning("limits skipped: Redis unreachable")
+        except StoreUnavailable as exc:
+            log.warning("limits skipped: Redis unreachable (%r)", exc.__cause__)
         return principal
 
 

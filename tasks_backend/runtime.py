@@ -66,6 +66,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                   registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     client = connect(settings.redis_url, settings.redis_socket_timeout_s)
+    client.connection_pool.max_connections = settings.redis_max_connections
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
     registry = registry or Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)

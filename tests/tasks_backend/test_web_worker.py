@@ -23,6 +23,8 @@ from tests.support.procs import Proc, settings_env, wait_for_http
 
 HEADER_TIMEOUT = 3
 BODY_TIMEOUT = 3
+#: Event streams held in one web process: more than redis-py's default pool of 100 connections.
+STREAMS = 120
 #: A bound that only a blocked server misses, however busy the machine is.
 ANSWER_WITHIN = 8.0
 
@@ -32,6 +34,7 @@ def start_web(redis_url_base: str, log: Path, **env: str) -> tuple[Proc, str]:
     port = free_port()
     proc = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
                 settings_env(settings, TASKS_BACKEND_TOKENS="alice:alice-token", TASKS_BACKEND_SSE_MAX="60",
+                             TASKS_BACKEND_MAX_STREAMS="1000",
                              TASKS_BACKEND_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
                              TASKS_BACKEND_BODY_TIMEOUT=str(BODY_TIMEOUT), **env), log)
     base = f"http://127.0.0.1:{port}"
@@ -135,7 +138,7 @@ def test_streams_of_one_principal_do_not_take_the_capacity_polls_need(web: str) 
     job_id = queued_job(web)
     held: list[socket.socket] = []
     try:
-        for _ in range(20):
+        for _ in range(STREAMS):
             held.append(_request(web, "GET", f"/v1/jobs/{job_id}/events"))
         for _ in range(6):  # blocking sends of jobs nobody runs: they wait for a terminal or interrupted state
             message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
@@ -150,7 +153,7 @@ def test_streams_of_one_principal_do_not_take_the_capacity_polls_need(web: str) 
                 "params": {"notifications": {"taskIds": [job_id]}, "_meta": meta}},
                 {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen",
                  "Accept": "application/json, text/event-stream"}))
-        for sock in held[:20]:
+        for sock in held[:STREAMS]:
             assert sock.recv(12) == b"HTTP/1.1 200"  # the event streams are open
         assert_api_answers(web, job_id)
     finally:
