@@ -20,7 +20,7 @@ from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import InvalidParams, JobNotFound
 from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, normalize_config, resolve_target
-from tasks_backend.runtime import Runtime
+from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.states import A2A_STATE, WIRE_STATUS
 
@@ -250,8 +250,14 @@ def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[st
 def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRecord:
     """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
     TTL ends it). Waiting costs a greenlet of the web worker, not a thread that polls and submits need."""
+    job_id, last = record.id, "0-0"
     while record.state not in wire.STREAM_END:
-        record = call.service.wait(call.principal, record.id, call.runtime.settings.sse_max_s)
+        for event_id, record in call.runtime.streaming().watch(
+                call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
+                block_ms=STREAM_BLOCK_MS):
+            last = event_id or last
+            if record.state in wire.STREAM_END:
+                break
         slot.renew()
     return record
 
@@ -285,7 +291,8 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot:
     change that shows in both is skipped by its timestamp. A stream lasts at most `sse_max_s`.
     """
     after = call.push.last_event_id(job_id)
-    events = call.service.watch(call.principal, job_id, after=after, max_s=call.runtime.settings.sse_max_s)
+    events = call.runtime.streaming().watch(call.principal, job_id, after=after,
+                                            max_s=call.runtime.settings.sse_max_s, block_ms=STREAM_BLOCK_MS)
     _, first = next(events)  # ownership is checked here, before the response starts
 
     def frame(result: dict[str, Any]) -> str:

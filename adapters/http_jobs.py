@@ -12,7 +12,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import BadRequest
-from tasks_backend.runtime import Runtime
+from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.views import detailed, handle
 
@@ -130,7 +130,8 @@ def events(job_id: str) -> Response:
     after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
     if not _is_stream_id(after):
         raise BadRequest("`Last-Event-ID` is not an event id.")
-    stream = service.watch(g.principal, job_id, after=after, max_s=service.settings.sse_max_s)
+    stream = runtime.streaming().watch(g.principal, job_id, after=after, max_s=service.settings.sse_max_s,
+                                       block_ms=STREAM_BLOCK_MS)
     first = next(stream)  # ownership is checked here, before any byte of the stream is sent
 
     def generate() -> Iterator[str]:

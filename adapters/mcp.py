@@ -126,7 +126,7 @@ def get() -> Response:
     """Only resumes a `tasks/result` stream; there is no standalone server-to-client stream."""
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id:
-        stream = mcp_2025.resume(_runtime().service, g.principal, last_event_id)
+        stream = mcp_2025.resume(_runtime().streaming(), g.principal, last_event_id)
         if stream is not None:  # one of the principal's open streams until it ends or the client goes away
             return sse_response(Stream(_runtime().limits().hold(g.principal, stream.events)))
     response = problems.problem(405, "method-not-allowed", "Method Not Allowed",

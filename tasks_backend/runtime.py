@@ -27,6 +27,8 @@ class Runtime:
     dispatcher: Dispatcher
     service: JobService
     limiter: Limiter | None = None
+    #: What long-lived responses read through (see `streaming`).
+    stream_service: JobService | None = None
     _executor: Executor | None = field(default=None, repr=False)
 
     def executor(self) -> Executor:
@@ -44,6 +46,12 @@ class Runtime:
     def gate(self, authenticator: Authenticator | None = None) -> Gate:
         """Authentication and the per-request limits, for an entrance to call once per request."""
         return Gate(authenticator or self.authenticator(), self.limits())
+
+    def streaming(self) -> JobService:
+        """The job service that event streams, subscriptions and blocking sends read through: its own Redis
+        connections, so that held streams never take the ones polls and submits use, and reads that block for
+        `STREAM_BLOCK_MS` (a held stream costs one wake-up per that long, not one per second)."""
+        return self.stream_service or self.service
 
     def limits(self) -> Limiter:
         if self.limiter is None:
@@ -72,7 +80,19 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     limiter = Limiter(client, store.keys, settings)
     service = LimitedJobService(store, registry, dispatcher, settings, limiter)
-    return Runtime(settings, store, registry, dispatcher, service, limiter)
+    return Runtime(settings, store, registry, dispatcher, service, limiter,
+                   _stream_service(settings, store, registry, dispatcher))
+
+
+#: How long one read of a held stream may block in Redis for the next change.
+STREAM_BLOCK_MS = 10_000
+
+
+def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher) -> JobService:
+    # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
+    client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000)
+    client.connection_pool.max_connections = settings.redis_max_connections
+    return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
 
 
 def connect_service(settings: Settings | None = None) -> JobService:
