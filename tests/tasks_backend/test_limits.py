@@ -14,6 +14,7 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.config import Settings
+from tasks_backend.limits import AUTH_FAIL_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.runtime import build_runtime
 from tests.adapters.mcp_clients.rpc import LEGACY, Legacy
 from tests.conftest import ALICE, BOB, bearer, make_settings
@@ -148,3 +149,24 @@ def test_defaults_stop_guessing_huge_params_and_month_long_ttls(redis_base: str,
         created = caller.result("tools/call", {"name": "demo.sleep", "arguments": {"seconds": 1},
                                                "task": {"ttl": 30 * 86400 * 1000}})["task"]
         assert created["ttl"] <= 86400 * 1000
+
+
+def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str) -> None:
+    """A call whose reply was lost is retried with the same nonce: it must not count twice."""
+    runtime = build_runtime(make_settings(redis_base))
+    limiter, keys = runtime.limits(), runtime.store.keys
+    rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.auth_failures("198.51.100.7")]
+    first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
+    again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
+    assert first == again and first[0].split()[:2] == ["1", "2"]
+    assert limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 0)[0].split()[:2] == ["1", "1"]
+
+    fail_key = [keys.auth_failures("198.51.100.7")]
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-2")[0] == 2
+
+    stream_key = [keys.streams("carol")]
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
