@@ -64,8 +64,12 @@ class Keys:
         return f"{self.owner_tag(owner)}:rate"
 
     def active_jobs(self, owner: str) -> str:
-        """Ids of the principal's jobs that may not be terminal yet (set, pruned when it reaches the limit)."""
+        """Ids of the principal's jobs that were unfinished at the last prune of its count (set)."""
         return f"{self.owner_tag(owner)}:active"
+
+    def active_mark(self, owner: str) -> str:
+        """The owner-index score up to which the last prune read (jobs indexed after it count as unfinished)."""
+        return f"{self.owner_tag(owner)}:activemark"
 
     def streams(self, owner: str) -> str:
         """The principal's open streams (sorted set: stream id -> lease expiry, ms)."""

@@ -4,9 +4,9 @@
   request that also reads the caller's address's failed-authentication count: one round trip per request.
 - Failed authentication per client address: counted in a fixed window; past the limit every request from that
   address is refused, good token or not (otherwise the 429 would tell a right guess from a wrong one).
-- Active jobs: a set of the principal's job ids. The per-request script counts it (no round trip of its own);
-  a created job is added to it (one round trip per created job); when it reaches the limit it is pruned by the
-  jobs' states, so finished jobs leave it without a hook in the finish path.
+- Active jobs: counted by the per-request script from the owner index the store already keeps (no write when a
+  job is created or finishes, no round trip of its own); when the count reaches the limit, a prune reads the
+  states of the counted jobs, so finished jobs stop counting without a hook in the finish path.
 - Open streams: a sorted set of leases (stream id -> expiry), so a process that dies frees its streams.
 - Params size and the ceiling on a requested TTL: checked before a job is created, without Redis.
 
@@ -39,19 +39,31 @@ from .service import JobService, as_principal
 from .store import RedisStore, redis_errors
 
 T = TypeVar("T")
+#: Jobs a prune reads past its mark at once (a first prune of a principal with a long history takes several).
+PRUNE_BATCH = 5000
 log = logging.getLogger(__name__)
 
-#: KEYS: rate hash, active-jobs set, the address's failure hash. ARGV: limit, window (µs), nonce, failure limit.
-#: Answers {"allowed remaining retry_us reset_us" or "" (no rate limit), active job count, ms the address stays
-#: blocked (0: not blocked)}.
-RATE_LUA = """
+#: Counts the owner's unfinished jobs: those known unfinished at the last prune, plus every job indexed since.
+#: KEYS: unfinished set, prune mark, owner index (from the 2nd).
+ACTIVE_COUNT_LUA = """
+local function active(k)
+  local mark = redis.call('GET', KEYS[k + 1])
+  return redis.call('SCARD', KEYS[k]) + redis.call('ZCOUNT', KEYS[k + 2], mark and ('(' .. mark) or '-inf', '+inf')
+end
+"""
+
+#: KEYS: rate hash, unfinished set, prune mark, owner index, the address's failure hash.
+#: ARGV: limit, window (µs), nonce, failure limit.
+#: Answers {"allowed remaining retry_us reset_us" or "" (no rate limit), unfinished job count, ms the address
+#: stays blocked (0: not blocked)}.
+RATE_LUA = ACTIVE_COUNT_LUA + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local active = redis.call('SCARD', KEYS[2])
+local active = active(2)
 local blocked = 0
 local failures = tonumber(ARGV[4])
 if failures > 0 then
-  local f = redis.call('HMGET', KEYS[3], 'c', 'e')
+  local f = redis.call('HMGET', KEYS[5], 'c', 'e')
   local left = (tonumber(f[2]) or 0) - math.floor(now / 1000)
   if (tonumber(f[1]) or 0) >= failures and left > 0 then blocked = left end
 end
@@ -93,12 +105,8 @@ end
 return {tonumber(redis.call('HGET', KEYS[1], 'c')), ends - now}
 """
 
-#: KEYS: active-jobs set. ARGV: job id, TTL (ms): the longest a job can stay unfinished.
-TRACK_LUA = """
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
+#: KEYS: unfinished set, prune mark, owner index.
+COUNT_LUA = ACTIVE_COUNT_LUA + "return active(1)"
 
 #: KEYS: streams zset. ARGV: limit, lease (ms), stream id. Answers {1, 0} (held) or {0, ms until a lease ends}.
 STREAM_LUA = """
@@ -151,7 +159,7 @@ class Limiter:
         # One script, one round trip: the address's failure count rides along with the principal's keys (on a
         # Redis Cluster that read would move to its own command in the same pipeline: a different slot).
         answer, active, blocked_ms = self._eval(
-            RATE_LUA, [self.keys.rate(owner), self.keys.active_jobs(owner), self.keys.auth_failures(address or "")],
+            RATE_LUA, [self.keys.rate(owner), *self._active_keys(owner), self.keys.auth_failures(address or "")],
             s.rate_limit, self._window_us, secrets.token_hex(8), s.auth_failure_limit if check_address else 0)
         _admitted.set((owner, int(active)))
         if int(blocked_ms) > 0:
@@ -178,6 +186,13 @@ class Limiter:
                               retry_after_s=math.ceil(max(int(left_ms), 1000) / 1000))
 
     # -- active jobs -----------------------------------------------------------------------------
+    # Nothing is written when a job is created or finishes: the owner index the store keeps already lists every
+    # job. The count is the jobs known unfinished at the last prune plus those indexed after its mark; when it
+    # reaches the limit, a prune reads the states of those jobs and moves the mark. A job indexed with a score
+    # below the mark after a concurrent prune read past it goes uncounted: the limit is soft by a few jobs.
+    def _active_keys(self, owner: str) -> list[str]:
+        return [self.keys.active_jobs(owner), self.keys.active_mark(owner), self.keys.owner_index(owner)]
+
     def check_active(self, owner: str) -> None:
         """Refuse a new job when `owner` has `max_active_jobs` jobs not yet terminal."""
         limit = self.settings.max_active_jobs
@@ -186,37 +201,47 @@ class Limiter:
         admitted = _admitted.get()
         if admitted is not None and admitted[0] == owner:
             count = admitted[1]
-        else:
-            with redis_errors():
-                count = int(self.client.scard(self.keys.active_jobs(owner)))
+        else:  # the in-process API: no admission counted it
+            count = int(self._eval(COUNT_LUA, self._active_keys(owner)))
         if count >= limit:
             count = self._prune(owner)
-            _admitted.set((owner, count))
         if count >= limit:
             raise QuotaExceeded(f"This principal has {count} unfinished jobs; at most {limit} are allowed.",
                                 retry_after_s=max(1, math.ceil(self.settings.default_poll_s)))
+        _admitted.set((owner, count + 1))  # this submit's job
 
     def _prune(self, owner: str) -> int:
-        """Drop the jobs that are terminal or gone from the owner's active set; how many remain."""
-        key = self.keys.active_jobs(owner)
+        """Keep only the unfinished of the owner's counted jobs, move the mark; how many remain counted."""
+        unfinished_key, mark_key, index_key = self._active_keys(owner)
+        ttl_ms = int(self.settings.max_ttl_s * 1000)
+        r: Any = self.client  # decode_responses=True: every reply is str
         with redis_errors():
-            ids = sorted(str(i) for i in self.client.smembers(key))  # type: ignore[union-attr]
-            pipe = self.client.pipeline(transaction=False)
+            mark = r.get(mark_key)
+            known = set(r.smembers(unfinished_key))
+            fresh = r.zrangebyscore(index_key, f"({mark}" if mark else "-inf", "+inf", start=0, num=PRUNE_BATCH,
+                                    withscores=True)
+            ids = sorted(known | {member for member, _ in fresh})
+            pipe = r.pipeline(transaction=False)
             for job_id in ids:
                 pipe.hget(self.keys.job(job_id), "state")
-            states = pipe.execute() if ids else []
-            done = [i for i, state in zip(ids, states, strict=True) if state is None or state in TERMINAL_STATES]
+            states = dict(zip(ids, pipe.execute() if ids else [], strict=True))
+            alive = [i for i in ids if states[i] is not None and states[i] not in TERMINAL_STATES]
+            pipe = r.pipeline(transaction=False)
+            done = [i for i in known if i not in alive]
             if done:
-                self.client.srem(key, *done)
-        return len(ids) - len(done)
-
-    def track_job(self, owner: str, job_id: str) -> None:
-        if self.settings.max_active_jobs <= 0:
-            return
-        self._eval(TRACK_LUA, [self.keys.active_jobs(owner)], job_id, int(self.settings.max_ttl_s * 1000))
-        admitted = _admitted.get()
-        if admitted is not None and admitted[0] == owner:
-            _admitted.set((owner, admitted[1] + 1))
+                pipe.srem(unfinished_key, *done)
+            if alive:
+                pipe.sadd(unfinished_key, *alive)
+            pipe.pexpire(unfinished_key, ttl_ms)
+            left = 0
+            if fresh:
+                last = repr(float(fresh[-1][1]))
+                pipe.set(mark_key, last, px=ttl_ms)
+                pipe.zcount(index_key, f"({last}", "+inf")
+                left = int(pipe.execute()[-1])
+            else:
+                pipe.execute()
+        return len(alive) + left
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, principal: Principal, lease_s: float | None = None) -> StreamSlot:
@@ -336,8 +361,6 @@ class LimitedJobService(JobService):
         self.limiter.check_active(owner)
         record, outcome = super().submit(principal, operation, params, idempotency_key=idempotency_key,
                                          ttl_s=ttl_s)
-        if outcome is SubmitOutcome.CREATED:
-            self.limiter.track_job(owner, record.id)
         return record, outcome
 
 

@@ -14,6 +14,7 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.config import Settings
+from tasks_backend.errors import QuotaExceeded
 from tasks_backend.limits import AUTH_FAIL_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.runtime import build_runtime
 from tests.adapters.mcp_clients.rpc import LEGACY, Legacy
@@ -80,13 +81,19 @@ def test_failed_authentication_is_throttled_per_client_address(redis_base: str, 
 
 
 def test_active_jobs_are_limited_per_principal_and_freed_when_jobs_end(redis_base: str, serve: Serve) -> None:
-    base = serve(make_settings(redis_base, max_active_jobs=3))  # no worker: the jobs stay queued
+    settings = make_settings(redis_base, max_active_jobs=3)
+    base = serve(settings)  # no worker: the jobs stay queued
     ids = [submit(base, ALICE).json()["taskId"] for _ in range(3)]
     assert_problem_429(submit(base, ALICE), "quota-exceeded")
     assert submit(base, BOB).status_code == 202
     assert httpx.post(f"{base}/v1/jobs/{ids[0]}/cancel", headers=ALICE).status_code == 202
     assert submit(base, ALICE).status_code == 202  # the cancelled job no longer counts
     assert_problem_429(submit(base, ALICE), "quota-exceeded")
+    runtime = build_runtime(settings)
+    with pytest.raises(QuotaExceeded):  # the in-process API counts the same jobs
+        runtime.service.submit("alice", "demo.sleep", {"seconds": 1})
+    for key in (runtime.store.keys.active_jobs("alice"), runtime.store.keys.active_mark("alice")):
+        assert runtime.store.redis.pttl(key) > 0, key
 
 
 def test_open_streams_are_limited_per_principal(redis_base: str, serve: Serve) -> None:
@@ -132,7 +139,7 @@ def test_limit_keys_expire(redis_base: str, serve: Serve) -> None:
     httpx.get(f"{base}/v1/jobs", headers=bearer("wrong"))
     runtime = build_runtime(settings)
     keys = runtime.store.keys
-    for key in (keys.rate("alice"), keys.active_jobs("alice"), keys.auth_failures("127.0.0.1")):
+    for key in (keys.rate("alice"), keys.auth_failures("127.0.0.1")):
         assert runtime.store.redis.pttl(key) > 0, key
 
 
@@ -155,7 +162,8 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     """A call whose reply was lost is retried with the same nonce: it must not count twice."""
     runtime = build_runtime(make_settings(redis_base))
     limiter, keys = runtime.limits(), runtime.store.keys
-    rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.auth_failures("198.51.100.7")]
+    rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.active_mark("carol"), keys.owner_index("carol"),
+                 keys.auth_failures("198.51.100.7")]
     first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
     again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
     assert first == again and first[0].split()[:2] == ["1", "2"]
