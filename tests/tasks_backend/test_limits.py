@@ -13,8 +13,9 @@ import pytest
 from werkzeug.serving import make_server
 
 from adapters.app import create_app
+from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.errors import QuotaExceeded
+from tasks_backend.errors import QuotaExceeded, RateLimited
 from tasks_backend.limits import AUTH_FAIL_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.runtime import build_runtime
 from tests.adapters.mcp_clients.rpc import LEGACY, Legacy
@@ -164,10 +165,10 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     limiter, keys = runtime.limits(), runtime.store.keys
     rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.active_mark("carol"), keys.owner_index("carol"),
                  keys.auth_failures("198.51.100.7")]
-    first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
-    again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0)
+    first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0, 1)
+    again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0, 1)
     assert first == again and first[0].split()[:2] == ["1", "2"]
-    assert limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 0)[0].split()[:2] == ["1", "1"]
+    assert limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 0, 1)[0].split()[:2] == ["1", "1"]
 
     fail_key = [keys.auth_failures("198.51.100.7")]
     assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
@@ -178,3 +179,23 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
+
+
+def test_a_busy_principal_is_admitted_in_batches(redis_base: str) -> None:
+    """With a large limit most requests cost no round trip; the limit still holds."""
+    runtime = build_runtime(make_settings(redis_base, rate_limit=1000, rate_window_s=60))
+    limiter, redis = runtime.limits(), runtime.store.redis
+
+    def scripts_run() -> int:
+        return int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = scripts_run()
+    for _ in range(100):
+        limiter.admit(Principal("dave"), "203.0.113.9")
+    assert scripts_run() - before <= 100 // 20 + 1
+    admitted = 100
+    with pytest.raises(RateLimited):
+        while admitted < 1001:
+            limiter.admit(Principal("dave"), "203.0.113.9")
+            admitted += 1
+    assert admitted == 1000
