@@ -20,8 +20,9 @@ from tasks_backend import __version__
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import InvalidParams, JobNotFound
+from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, normalize_config, resolve_target
-from tasks_backend.runtime import Runtime
+from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.states import A2A_STATE
 
@@ -283,33 +284,62 @@ def _require_data(data: list[dict[str, Any]]) -> None:
 
 
 def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record, context = _accept_message(call, params)
-    if not _object(params, "configuration").get("returnImmediately") and record.state not in wire.STREAM_END:
-        # Blocking is bounded (web workers have a request timeout); the task comes back as it stands.
-        record = call.service.wait(call.principal, record.id, call.runtime.settings.sse_max_s)
+    if _object(params, "configuration").get("returnImmediately"):
+        record, context = _accept_message(call, params)
+        return {"task": wire.task(record, context)}
+    # A blocking send is one of the principal's open streams; its slot is taken before any job is created.
+    with call.runtime.limits().open_stream(call.principal) as slot:
+        record, context = _accept_message(call, params)
+        record = _wait_interrupted(call, record, slot)
     return {"task": wire.task(record, context)}
 
 
+def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRecord:
+    """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
+    TTL ends it). Waiting costs a greenlet of the web worker, not a thread that polls and submits need."""
+    job_id, last = record.id, "0-0"
+    while record.state not in wire.STREAM_END:
+        for event_id, record in call.runtime.streaming().watch(
+                call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
+                block_ms=STREAM_BLOCK_MS):
+            last = event_id or last
+            if record.state in wire.STREAM_END:
+                break
+        slot.renew()
+    return record
+
+
 def send_streaming_message(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
-    record, context = _accept_message(call, params)
-    return _stream(call, record.id, context, request_id)
+    slot = call.runtime.limits().open_stream(call.principal)  # before any job is created
+    try:
+        record, context = _accept_message(call, params)
+        return _stream(call, record.id, context, request_id, slot)
+    except BaseException:
+        slot.close()
+        raise
 
 
 def subscribe_to_task(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
     record = call.service.get(call.principal, _task_id(params))
     if record.terminal:
         raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; there is nothing to subscribe to.")
-    return _stream(call, record.id, _context(call, record), request_id)
+    slot = call.runtime.limits().open_stream(call.principal)
+    try:
+        return _stream(call, record.id, _context(call, record), request_id, slot)
+    except BaseException:
+        slot.close()
+        raise
 
 
-def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id) -> Response:
+def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot: StreamSlot) -> Response:
     """SSE: the task, then one update per change; closed on a terminal or interrupted state.
 
     The feed position is taken before the record is read, so no change falls between the two; a
     change that shows in both is skipped by its timestamp. A stream lasts at most `sse_max_s`.
     """
     after = call.push.last_event_id(job_id)
-    events = call.service.watch(call.principal, job_id, after=after, max_s=call.runtime.settings.sse_max_s)
+    events = call.runtime.streaming().watch(call.principal, job_id, after=after,
+                                            max_s=call.runtime.settings.sse_max_s, block_ms=STREAM_BLOCK_MS)
     _, first = next(events)  # ownership is checked here, before the response starts
 
     def frame(result: dict[str, Any]) -> str:
@@ -333,7 +363,8 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id) -> Re
         except Exception as exc:
             yield f"event: error\ndata: {json.dumps(a2a_error(request_id, exc))}\n\n"
 
-    response = Response(stream_with_context(generate()), mimetype="text/event-stream")
+    # `slot` (one of the principal's open streams) is held until the stream ends or the client goes away.
+    response = Response(stream_with_context(Held(slot, generate())), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response

@@ -102,7 +102,9 @@ def origin_of(url: str) -> str:
 class Entrance:
     def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator,
                  checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False) -> None:
-        self.app, self.authenticator = app, authenticator
+        self.app = app
+        # Authentication and the per-request limits (rate per principal, failed authentication per address).
+        self.gate = runtime.gate(authenticator)
         # Paths whose caller is known by a session cookie, checked behind the door (the web page).
         self.session_paths = session_paths
         self.checks: list[Check] = list(checks)
@@ -154,7 +156,7 @@ class Entrance:
         failure: Unauthenticated | None = None
         if path not in PUBLIC_PATHS and method != "OPTIONS" and not self.session_paths(path):
             try:
-                principal = self.authenticator.authenticate(environ.get("HTTP_AUTHORIZATION"))
+                principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
             except Unauthenticated as exc:
                 failure = exc
         if self.checks:

@@ -12,7 +12,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import BadRequest
-from tasks_backend.runtime import Runtime
+from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.views import detailed, handle
 
@@ -124,19 +124,21 @@ def provide_input(job_id: str) -> Response:
 @bp.get("/jobs/<job_id>/events")
 def events(job_id: str) -> Response:
     """Server-sent events: one `handle` event per change, until terminal."""
-    return event_stream(_service(), g.principal, job_id)
+    return event_stream(g.principal, job_id)
 
 
-def event_stream(service: JobService, principal: Principal, job_id: str) -> Response:
+def event_stream(principal: Principal, job_id: str) -> Response:
     """A job's changes as server-sent events (the API's stream and the web page's, framed here only).
 
     A stream lasts at most `sse_max_s` (so a sync worker is never held for a day); the client
     reconnects with `Last-Event-ID` and resumes where it left off, as EventSource does by itself.
     """
+    runtime: Runtime = current_app.extensions["tasks_backend"]
     after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
     if not _is_stream_id(after):
         raise BadRequest("`Last-Event-ID` is not an event id.")
-    stream = service.watch(principal, job_id, after=after, max_s=service.settings.sse_max_s)
+    stream = runtime.streaming().watch(principal, job_id, after=after, max_s=runtime.settings.sse_max_s,
+                                       block_ms=STREAM_BLOCK_MS)
     first = next(stream)  # ownership is checked here, before any byte of the stream is sent
 
     def generate() -> Iterator[str]:
@@ -145,7 +147,9 @@ def event_stream(service: JobService, principal: Principal, job_id: str) -> Resp
             prefix = f"id: {event_id}\n" if event_id else ""
             yield f"{prefix}event: handle\ndata: {json.dumps(detailed(record))}\n\n"
 
-    response = Response(stream_with_context(generate()), mimetype="text/event-stream")
+    # Counted as one of the principal's open streams until it ends or the client goes away.
+    held = runtime.limits().hold(principal, generate())
+    response = Response(stream_with_context(held), mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response

@@ -20,6 +20,7 @@ from flask import Blueprint, Response, current_app, g, request
 
 from tasks_backend.auth import Principal
 from tasks_backend.errors import (
+    RateLimited,
     ServiceUnavailable,
     TasksBackendError,
 )
@@ -129,9 +130,9 @@ def get() -> Response:
     """Only resumes a `tasks/result` stream; there is no standalone server-to-client stream."""
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id:
-        stream = mcp_2025.resume(_runtime().service, g.principal, last_event_id)
-        if stream is not None:
-            return sse_response(stream)
+        stream = mcp_2025.resume(_runtime().streaming(), g.principal, last_event_id)
+        if stream is not None:  # one of the principal's open streams until it ends or the client goes away
+            return sse_response(Stream(_runtime().limits().hold(g.principal, stream.events)))
     response = problems.problem(405, "method-not-allowed", "Method Not Allowed",
                                 "POST JSON-RPC requests to /mcp; GET only resumes a stream by Last-Event-ID.")
     response.headers["Allow"] = "GET, POST"
@@ -218,6 +219,9 @@ def _error(request_id: jsonrpc.Id, exc: Exception, revision: str | None) -> Answ
     answer = Answer(_error_status(body["error"]["code"], exc, revision), body)
     if isinstance(exc, ServiceUnavailable):
         answer.headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, RateLimited):  # a limit: 429 with its retry hint, in every revision but the legacy one
+        answer.headers.update(exc.headers)
+        answer.status = answer.status if revision == LEGACY else 429
     return answer
 
 

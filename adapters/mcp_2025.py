@@ -25,6 +25,7 @@ from typing import Any
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import InvalidParams, JobNotFound, NotWaitingForInput, TasksBackendError
+from tasks_backend.runtime import STREAM_BLOCK_MS
 from tasks_backend.service import JobService
 from tasks_backend.views import handle
 
@@ -135,7 +136,9 @@ def task_result(call: Call) -> Reply:
     record = call.service.get(call.principal, task_id)
     if record.terminal:
         return final_result(record)
-    return Stream(_result_events(call.service, call.principal, task_id, call.rpc.id, set()))
+    # One of the principal's open streams until it ends or the client goes away.
+    return Stream(call.runtime.limits().hold(
+        call.principal, _result_events(call.runtime.streaming(), call.principal, task_id, call.rpc.id, set())))
 
 
 def resume(service: JobService, principal: Principal, last_event_id: str) -> Stream | None:
@@ -154,7 +157,8 @@ def _result_events(service: JobService, principal: Principal, task_id: str, requ
 
     yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
     try:
-        for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s):
+        for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s,
+                                       block_ms=STREAM_BLOCK_MS):
             if record.state is JobState.INPUT_REQUIRED:
                 for key, request in (record.input_requests or {}).items():
                     if key not in asked:

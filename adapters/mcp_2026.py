@@ -18,6 +18,7 @@ from typing import Any
 
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import InvalidParams, JobNotCancelable, JobNotFound, NotWaitingForInput
+from tasks_backend.runtime import STREAM_BLOCK_MS
 from tasks_backend.views import handle
 
 from . import jsonrpc
@@ -155,7 +156,8 @@ def listen(call: Call) -> Reply:
                              "params": {**detailed_task(record), "_meta": meta}})
         yield sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
 
-    return Stream(events())
+    # One of the principal's open streams until it ends or the client goes away.
+    return Stream(call.runtime.limits().hold(call.principal, events()))
 
 
 def _merged_watch(call: Call, task_ids: list[str], max_s: float) -> Iterator[JobRecord]:
@@ -165,7 +167,8 @@ def _merged_watch(call: Call, task_ids: list[str], max_s: float) -> Iterator[Job
 
     def follow(task_id: str) -> None:
         try:
-            for _, record in call.service.watch(call.principal, task_id, max_s=max_s):
+            for _, record in call.runtime.streaming().watch(call.principal, task_id, max_s=max_s,
+                                                            block_ms=STREAM_BLOCK_MS):
                 if stop.is_set():
                     return
                 changes.put(record)

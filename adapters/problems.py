@@ -8,7 +8,7 @@ from typing import Any
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tasks_backend.errors import PROBLEM_TYPE_BASE, ServiceUnavailable, TasksBackendError, mapping_for
+from tasks_backend.errors import PROBLEM_TYPE_BASE, RateLimited, ServiceUnavailable, TasksBackendError, mapping_for
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -44,6 +44,8 @@ def error_parts(exc: Exception) -> tuple[int, dict[str, Any], list[tuple[str, st
         headers.append(("WWW-Authenticate", 'Bearer realm="tasks-backend"'))
     if isinstance(exc, ServiceUnavailable):
         headers.append(("Retry-After", str(exc.retry_after_s)))
+    if isinstance(exc, RateLimited):
+        headers.extend(exc.headers)
     return row.http_status, body, headers
 
 

@@ -211,7 +211,7 @@ def job(job_id: str) -> str:
 
 @bp.get("/jobs/<job_id>/events")
 def events(job_id: str) -> Response:
-    return event_stream(_service(), g.principal, job_id)
+    return event_stream(g.principal, job_id)
 
 
 @bp.post("/jobs/<job_id>/cancel")

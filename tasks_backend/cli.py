@@ -32,15 +32,23 @@ def _python(*args: str) -> list[str]:
 
 @main.command()
 @click.option("--workers", default=2, show_default=True, help="gunicorn worker processes")
-@click.option("--threads", type=int, default=lambda: int(os.environ.get("WEB_THREADS", "8")),
-              show_default="8 or $WEB_THREADS",
-              help="threads per worker; event streams and long polls each hold one (1 = sync workers)")
+@click.option("--connections", type=int, default=lambda: int(os.environ.get("WEB_CONNECTIONS", "1000")),
+              show_default="1000 or $WEB_CONNECTIONS",
+              help="open connections per worker (gevent); event streams and blocking sends each hold one")
+@click.option("--threads", type=int, default=lambda: int(os.environ["WEB_THREADS"]) if os.environ.get(
+              "WEB_THREADS") else None, show_default="unset or $WEB_THREADS",
+              help="serve with threads instead (1 = sync workers, >1 = gthread): a stream then holds a thread")
 @click.option("--bind", default=None, help="host:port (default 0.0.0.0:$PORT, PORT default 8000)")
-def web(workers: int, threads: int, bind: str | None) -> None:
+def web(workers: int, connections: int, threads: int | None, bind: str | None) -> None:
     """Serve the HTTP, MCP and A2A APIs under gunicorn."""
     bind = bind or f"0.0.0.0:{os.environ.get('PORT', '8000')}"
-    worker_class = ["--worker-class", "sync"]
-    if threads > 1:
+    # gevent by default: a stream or a slow client costs a greenlet, not capacity that polls and submits need,
+    # and the worker enforces header and body read deadlines (tasks_backend.web_worker).
+    worker_class = ["--worker-class", "tasks_backend.web_worker.DeadlineGeventWorker",
+                    "--worker-connections", str(connections)]
+    if threads == 1:
+        worker_class = ["--worker-class", "sync"]
+    elif threads is not None:
         worker_class = ["--worker-class", "gthread", "--threads", str(threads)]
     argv = [sys.executable, "-m", "gunicorn", "--bind", bind, "--workers", str(workers), *worker_class,
             "--timeout", "60", "--graceful-timeout", "30",

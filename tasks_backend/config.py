@@ -47,6 +47,9 @@ class Settings:
     visibility_timeout_s: float = 4 * 3600.0
 
     redis_socket_timeout_s: float = 2.0
+    #: Redis connections one process may open: with gevent web workers every open request (an event stream
+    #: included) may hold one, and redis-py's default of 100 would turn the 101st into a 503.
+    redis_max_connections: int = 4000
     max_body_bytes: int = 1024 * 1024
     sse_max_s: float = 25.0
     task_events: bool = False
@@ -67,6 +70,25 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     #: The URL callers reach this server by (agent card); never taken from a request's Host header.
     public_url: str = "http://localhost:8000"
+
+    # Limits per principal (0 turns one off), kept in Redis so that they hold across web processes and hosts.
+    #: Requests per `rate_window_s`: a burst of that many, refilled evenly over the window.
+    rate_limit: int = 3000
+    rate_window_s: float = 5.0
+    #: Failed authentications per client address per window; past it every request from there gets a 429.
+    auth_failure_limit: int = 100
+    auth_failure_window_s: float = 60.0
+    #: Jobs not yet terminal that one principal may have.
+    max_active_jobs: int = 1000
+    #: Event streams, subscriptions and blocking sends one principal may have open at once.
+    max_streams: int = 100
+    #: Bytes of a job's params as stored (canonical JSON).
+    max_params_bytes: int = 64 * 1024
+    #: Ceiling on a TTL the caller asks for (MCP `task.ttl`); an operation's own TTL is the operator's.
+    max_requested_ttl_s: float = 86400.0
+    #: Slow clients: the whole request head, and then the whole body, must arrive within these.
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
 
     @property
     def effective_broker_url(self) -> str:
@@ -99,6 +121,7 @@ class Settings:
             "sweep_interval_s": _float(e, "TASKS_BACKEND_SWEEP_INTERVAL", cls.sweep_interval_s),
             "visibility_timeout_s": _float(e, "TASKS_BACKEND_VISIBILITY_TIMEOUT", cls.visibility_timeout_s),
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
+            "redis_max_connections": _int(e, "TASKS_BACKEND_REDIS_MAX_CONNECTIONS", cls.redis_max_connections),
             "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),
             "sse_max_s": _float(e, "TASKS_BACKEND_SSE_MAX", cls.sse_max_s),
             "task_events": (e.get("TASKS_BACKEND_TASK_EVENTS") or "").lower() in ("1", "true"),
@@ -111,6 +134,16 @@ class Settings:
                                      (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),
             "public_url": (e.get("TASKS_BACKEND_PUBLIC_URL")
                            or f"http://localhost:{e.get('PORT') or '8000'}").rstrip("/"),
+            "rate_limit": _int(e, "TASKS_BACKEND_RATE_LIMIT", cls.rate_limit),
+            "rate_window_s": _float(e, "TASKS_BACKEND_RATE_WINDOW", cls.rate_window_s),
+            "auth_failure_limit": _int(e, "TASKS_BACKEND_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
+            "auth_failure_window_s": _float(e, "TASKS_BACKEND_AUTH_FAILURE_WINDOW", cls.auth_failure_window_s),
+            "max_active_jobs": _int(e, "TASKS_BACKEND_MAX_ACTIVE_JOBS", cls.max_active_jobs),
+            "max_streams": _int(e, "TASKS_BACKEND_MAX_STREAMS", cls.max_streams),
+            "max_params_bytes": _int(e, "TASKS_BACKEND_MAX_PARAMS", cls.max_params_bytes),
+            "max_requested_ttl_s": _float(e, "TASKS_BACKEND_MAX_REQUESTED_TTL", cls.max_requested_ttl_s),
+            "header_timeout_s": _float(e, "TASKS_BACKEND_HEADER_TIMEOUT", cls.header_timeout_s),
+            "body_timeout_s": _float(e, "TASKS_BACKEND_BODY_TIMEOUT", cls.body_timeout_s),
         }
         values.update(overrides)
         return cls(**values)

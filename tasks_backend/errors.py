@@ -12,6 +12,8 @@
     │   ├── JobNotCancelable       already terminal
     │   └── NotWaitingForInput
     ├── IdempotencyConflict        same key, different request
+    ├── RateLimited                a limit of the caller's was reached; retry after `retry_after_s`
+    │   └── QuotaExceeded          too many active jobs or open streams
     └── ServiceUnavailable         Redis or the broker cannot be reached; retry later
         ├── StoreUnavailable
         └── DispatchUnavailable
@@ -81,6 +83,25 @@ class IdempotencyConflict(TasksBackendError):
     message = "This idempotency key was already used with a different request."
 
 
+class RateLimited(TasksBackendError):
+    """Over a limit: HTTP 429 with `Retry-After` (and the IETF RateLimit fields when a rate policy was hit);
+    JSON-RPC callers get the retry hint in the error's `data`."""
+
+    message = "Too many requests; retry later."
+
+    def __init__(self, detail: str | None = None, *, retry_after_s: int | None = None,
+                 headers: list[tuple[str, str]] | None = None, extra: dict[str, Any] | None = None) -> None:
+        hint = retry_after_s if retry_after_s is not None else (extra or {}).get("retryAfterSeconds")
+        self.retry_after_s = max(1, hint if isinstance(hint, int) else 1)
+        super().__init__(detail, extra={**(extra or {}), "retryAfterSeconds": self.retry_after_s})
+        #: What an HTTP answer carries besides the body: `Retry-After`, and `RateLimit*` for a rate policy.
+        self.headers = [("Retry-After", str(self.retry_after_s)), *(headers or [])]
+
+
+class QuotaExceeded(RateLimited):
+    message = "A quota of this principal is used up; retry once some of its work has finished."
+
+
 class ServiceUnavailable(TasksBackendError):
     message = "The service is temporarily unavailable; retry later."
     retry_after_s = 2
@@ -120,6 +141,9 @@ ERROR_MAP: dict[type[TasksBackendError], ErrorMapping] = {
     JobNotCancelable: ErrorMapping(409, -32602, -32002, "not-cancelable", "Job not cancelable"),
     NotWaitingForInput: ErrorMapping(409, -32602, -32004, "not-waiting-for-input", "Not waiting for input"),
     IdempotencyConflict: ErrorMapping(422, -32602, -32602, "idempotency-conflict", "Idempotency key reused"),
+    # JSON-RPC has no rate-limit code: -32000 is the first implementation-defined server error.
+    RateLimited: ErrorMapping(429, -32000, -32000, "rate-limited", "Too many requests"),
+    QuotaExceeded: ErrorMapping(429, -32000, -32000, "quota-exceeded", "Quota exceeded"),
     ServiceUnavailable: ErrorMapping(503, -32603, -32603, "unavailable", "Service unavailable"),
     StoreUnavailable: ErrorMapping(503, -32603, -32603, "store-unavailable", "Job store unavailable"),
     DispatchUnavailable: ErrorMapping(503, -32603, -32603, "queue-unavailable", "Job queue unavailable"),

@@ -62,6 +62,29 @@ class Keys:
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
 
+    # -- limits (tasks_backend.limits) ----------------------------------------
+    def rate(self, owner: str) -> str:
+        """The principal's request-rate state (hash: theoretical arrival time, last request's answer)."""
+        return f"{self.owner_tag(owner)}:rate"
+
+    def active_jobs(self, owner: str) -> str:
+        """Ids of the principal's jobs that were unfinished at the last prune of its count (set)."""
+        return f"{self.owner_tag(owner)}:active"
+
+    def active_mark(self, owner: str) -> str:
+        """The owner-index score up to which the last prune read (jobs indexed after it count as unfinished)."""
+        return f"{self.owner_tag(owner)}:activemark"
+
+    def streams(self, owner: str) -> str:
+        """The principal's open streams (sorted set: stream id -> lease expiry, ms)."""
+        return f"{self.owner_tag(owner)}:streams"
+
+    def auth_failures(self, address: str) -> str:
+        """Failed authentications from one client address in the current window (hash). Read by the per-request
+        limits script together with the owner-tagged limit keys: on a Redis Cluster that read must become a
+        command of its own (pipelined), since the address and the owner hash to different slots."""
+        return f"{self.prefix}:{{a:{_digest(address, 12)}}}:authfail"
+
     # -- global --------------------------------------------------------------
     def sweep(self) -> str:
         """Jobs the sweeper must look at, scored by when (ms)."""

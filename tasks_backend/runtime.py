@@ -12,6 +12,7 @@ from .config import Settings
 from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
 from .execution import Executor
 from .keys import Keys
+from .limits import Gate, LimitedJobService, Limiter
 from .registry import Registry
 from .service import JobService
 from .store import RedisStore, connect
@@ -25,6 +26,9 @@ class Runtime:
     registry: Registry
     dispatcher: Dispatcher
     service: JobService
+    limiter: Limiter | None = None
+    #: What long-lived responses read through (see `streaming`).
+    stream_service: JobService | None = None
     _executor: Executor | None = field(default=None, repr=False)
 
     def executor(self) -> Executor:
@@ -38,6 +42,21 @@ class Runtime:
 
     def authenticator(self) -> Authenticator:
         return Authenticator(self.settings)
+
+    def gate(self, authenticator: Authenticator | None = None) -> Gate:
+        """Authentication and the per-request limits, for an entrance to call once per request."""
+        return Gate(authenticator or self.authenticator(), self.limits())
+
+    def streaming(self) -> JobService:
+        """The job service that event streams, subscriptions and blocking sends read through: its own Redis
+        connections, so that held streams never take the ones polls and submits use, and reads that block for
+        `STREAM_BLOCK_MS` (a held stream costs one wake-up per that long, not one per second)."""
+        return self.stream_service or self.service
+
+    def limits(self) -> Limiter:
+        if self.limiter is None:
+            self.limiter = Limiter(self.store.redis, self.store.keys, self.settings)
+        return self.limiter
 
 
 def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> Dispatcher:
@@ -55,10 +74,25 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                   registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     client = connect(settings.redis_url, settings.redis_socket_timeout_s)
+    client.connection_pool.max_connections = settings.redis_max_connections
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
     registry = registry or Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
-    return Runtime(settings, store, registry, dispatcher, JobService(store, registry, dispatcher, settings))
+    limiter = Limiter(client, store.keys, settings)
+    service = LimitedJobService(store, registry, dispatcher, settings, limiter)
+    return Runtime(settings, store, registry, dispatcher, service, limiter,
+                   _stream_service(settings, store, registry, dispatcher))
+
+
+#: How long one read of a held stream may block in Redis for the next change.
+STREAM_BLOCK_MS = 10_000
+
+
+def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher) -> JobService:
+    # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
+    client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000)
+    client.connection_pool.max_connections = settings.redis_max_connections
+    return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
 
 
 def connect_service(settings: Settings | None = None) -> JobService:

@@ -1,0 +1,201 @@
+"""Limits per principal over real HTTP: request rate, failed authentication per address, active jobs, open
+streams, params size and the requested-TTL ceiling; each kept in Redis, so that it holds across web processes."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from werkzeug.serving import make_server
+
+from adapters.app import create_app
+from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
+from tasks_backend.errors import QuotaExceeded, RateLimited
+from tasks_backend.limits import AUTH_FAIL_LUA, RATE_LUA, STREAM_LUA
+from tasks_backend.runtime import build_runtime
+from tests.adapters.mcp_clients.rpc import LEGACY, Legacy
+from tests.conftest import ALICE, BOB, bearer, make_settings
+
+Serve = Callable[[Settings], str]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Serve the app built from `settings` over real HTTP (a web process of its own); stopped after the test."""
+    servers: list[Any] = []
+
+    def start(settings: Settings) -> str:
+        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+def submit(base: str, headers: dict[str, str], **body: Any) -> httpx.Response:
+    body.setdefault("operation", "demo.sleep")
+    body.setdefault("params", {"seconds": 5})
+    return httpx.post(f"{base}/v1/jobs", json=body, headers=headers, timeout=10)
+
+
+def assert_problem_429(response: httpx.Response, slug: str) -> None:
+    assert response.status_code == 429, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert response.json()["type"].endswith(f"/{slug}")
+    assert int(response.headers["Retry-After"]) >= 1
+    assert response.json()["retryAfterSeconds"] == int(response.headers["Retry-After"])
+
+
+def test_request_rate_is_limited_per_principal_across_web_processes(redis_base: str, serve: Serve) -> None:
+    settings = make_settings(redis_base, rate_limit=6, rate_window_s=60)
+    one, two = serve(settings), serve(settings)  # two web processes, one Redis
+    job_id = submit(one, ALICE).json()["taskId"]
+    answers = [httpx.get(f"{base}/v1/jobs/{job_id}", headers=ALICE) for base in (one, two, one, two, one)]
+    assert [a.status_code for a in answers] == [200] * 5  # the submit was the first of six
+    over = httpx.get(f"{two}/v1/jobs", headers=ALICE)  # a Flask route this time, not the fast path
+    assert_problem_429(over, "rate-limited")
+    assert over.headers["RateLimit-Policy"] == '"rate";q=6;w=60'
+    remaining, reset = over.headers["RateLimit"].removeprefix('"rate";').split(";")
+    assert remaining == "r=0" and 1 <= int(reset.removeprefix("t=")) <= 60
+    assert_problem_429(httpx.get(f"{one}/v1/jobs/{job_id}", headers=ALICE), "rate-limited")  # the fast path too
+    assert_problem_429(submit(one, ALICE), "rate-limited")
+    assert httpx.get(f"{one}/v1/jobs", headers=BOB).status_code == 200  # another principal is not affected
+
+
+def test_failed_authentication_is_throttled_per_client_address(redis_base: str, serve: Serve) -> None:
+    base = serve(make_settings(redis_base, auth_failure_limit=20, auth_failure_window_s=60))
+    guesses = [httpx.get(f"{base}/v1/jobs", headers=bearer(f"guess-{i}")).status_code for i in range(25)]
+    assert guesses[:20] == [401] * 20 and set(guesses[20:]) == {429}
+    # Past the limit a right token is refused too: otherwise the answer would tell a right guess from a wrong one.
+    assert_problem_429(httpx.get(f"{base}/v1/jobs", headers=ALICE), "rate-limited")
+    assert httpx.get(f"{base}/v1/jobs/00000000-0000-4000-8000-000000000000", headers=ALICE).status_code == 429
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2")) as elsewhere:
+        assert elsewhere.get(f"{base}/v1/jobs", headers=ALICE).status_code == 200
+
+
+def test_active_jobs_are_limited_per_principal_and_freed_when_jobs_end(redis_base: str, serve: Serve) -> None:
+    settings = make_settings(redis_base, max_active_jobs=3)
+    base = serve(settings)  # no worker: the jobs stay queued
+    ids = [submit(base, ALICE).json()["taskId"] for _ in range(3)]
+    assert_problem_429(submit(base, ALICE), "quota-exceeded")
+    assert submit(base, BOB).status_code == 202
+    assert httpx.post(f"{base}/v1/jobs/{ids[0]}/cancel", headers=ALICE).status_code == 202
+    assert submit(base, ALICE).status_code == 202  # the cancelled job no longer counts
+    assert_problem_429(submit(base, ALICE), "quota-exceeded")
+    runtime = build_runtime(settings)
+    with pytest.raises(QuotaExceeded):  # the in-process API counts the same jobs
+        runtime.service.submit("alice", "demo.sleep", {"seconds": 1})
+    for key in (runtime.store.keys.active_jobs("alice"), runtime.store.keys.active_mark("alice")):
+        assert runtime.store.redis.pttl(key) > 0, key
+
+
+def test_open_streams_are_limited_per_principal(redis_base: str, serve: Serve) -> None:
+    settings = make_settings(redis_base, max_streams=2, sse_max_s=30)
+    base = serve(settings)
+    job_id = submit(base, ALICE).json()["taskId"]
+    with contextlib.ExitStack() as streams:
+        client = streams.enter_context(httpx.Client(base_url=base, headers=ALICE, timeout=10))
+        for _ in range(2):
+            held = streams.enter_context(client.stream("GET", f"/v1/jobs/{job_id}/events"))
+            assert held.status_code == 200
+        assert_problem_429(client.get(f"/v1/jobs/{job_id}/events"), "quota-exceeded")
+        assert httpx.get(f"{base}/v1/jobs/{job_id}/events", headers=BOB).status_code == 404  # not bob's limit
+        runtime = build_runtime(settings)
+        assert runtime.store.redis.pttl(runtime.store.keys.streams("alice")) > 0
+
+
+def test_params_over_the_size_limit_are_refused_and_not_stored(redis_base: str, serve: Serve) -> None:
+    base = serve(make_settings(redis_base, max_params_bytes=10_000))
+    refused = submit(base, ALICE, operation="test.steps", params={"ledger": "x" * 20_000})
+    assert refused.status_code == 413 and refused.headers["Content-Type"] == "application/problem+json"
+    assert "10000" in refused.json()["detail"]
+    assert httpx.get(f"{base}/v1/jobs", headers=ALICE).json()["jobs"] == []
+    assert submit(base, ALICE, operation="test.steps", params={"ledger": "x" * 9_000}).status_code == 202
+
+
+def test_a_requested_ttl_is_capped(redis_base: str, serve: Serve) -> None:
+    base = serve(make_settings(redis_base, max_requested_ttl_s=3600))
+    with httpx.Client(base_url=base, timeout=10) as http:
+        caller = Legacy(http, "alice-token")
+        caller.initialize(LEGACY)
+        month = 30 * 86400 * 1000
+        created = caller.result("tools/call", {"name": "demo.sleep", "arguments": {"seconds": 1},
+                                               "task": {"ttl": month}})["task"]
+        assert created["ttl"] == 3600 * 1000
+        assert http.get(f"/v1/jobs/{created['taskId']}", headers=ALICE).json()["ttlMs"] == 3600 * 1000
+
+
+def test_limit_keys_expire(redis_base: str, serve: Serve) -> None:
+    settings = make_settings(redis_base)
+    base = serve(settings)
+    submit(base, ALICE)
+    httpx.get(f"{base}/v1/jobs", headers=bearer("wrong"))
+    runtime = build_runtime(settings)
+    keys = runtime.store.keys
+    for key in (keys.rate("alice"), keys.auth_failures("127.0.0.1")):
+        assert runtime.store.redis.pttl(key) > 0, key
+
+
+def test_defaults_stop_guessing_huge_params_and_month_long_ttls(redis_base: str, serve: Serve) -> None:
+    base = serve(make_settings(redis_base))  # the shipped defaults
+    guesses = [httpx.get(f"{base}/v1/jobs", headers=bearer(f"guess-{i}")).status_code for i in range(150)]
+    assert 429 in guesses and guesses.count(401) <= 100
+    with httpx.Client(base_url=base, timeout=10, transport=httpx.HTTPTransport(local_address="127.0.0.3")) as http:
+        huge = http.post("/v1/jobs", headers=ALICE,
+                         json={"operation": "test.steps", "params": {"ledger": "x" * 900_000}})
+        assert huge.status_code == 413
+        caller = Legacy(http, "alice-token")
+        caller.initialize(LEGACY)
+        created = caller.result("tools/call", {"name": "demo.sleep", "arguments": {"seconds": 1},
+                                               "task": {"ttl": 30 * 86400 * 1000}})["task"]
+        assert created["ttl"] <= 86400 * 1000
+
+
+def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str) -> None:
+    """A call whose reply was lost is retried with the same nonce: it must not count twice."""
+    runtime = build_runtime(make_settings(redis_base))
+    limiter, keys = runtime.limits(), runtime.store.keys
+    rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.active_mark("carol"), keys.owner_index("carol"),
+                 keys.auth_failures("198.51.100.7")]
+    first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0, 1)
+    again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 0, 1)
+    assert first == again and first[0].split()[:2] == ["1", "2"]
+    assert limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 0, 1)[0].split()[:2] == ["1", "1"]
+
+    fail_key = [keys.auth_failures("198.51.100.7")]
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-2")[0] == 2
+
+    stream_key = [keys.streams("carol")]
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
+    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
+
+
+def test_a_busy_principal_is_admitted_in_batches(redis_base: str) -> None:
+    """With a large limit most requests cost no round trip; the limit still holds."""
+    runtime = build_runtime(make_settings(redis_base, rate_limit=1000, rate_window_s=60))
+    limiter, redis = runtime.limits(), runtime.store.redis
+
+    def scripts_run() -> int:
+        return int(redis.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    before = scripts_run()
+    for _ in range(100):
+        limiter.admit(Principal("dave"), "203.0.113.9")
+    assert scripts_run() - before <= 100 // 20 + 1
+    admitted = 100
+    with pytest.raises(RateLimited):
+        while admitted < 1001:
+            limiter.admit(Principal("dave"), "203.0.113.9")
+            admitted += 1
+    assert admitted == 1000

@@ -1,0 +1,181 @@
+"""`tasks-backend web` as deployed (gunicorn, its worker class, the app) under slow and greedy clients: polls and
+`/healthz` keep answering while sockets dribble their headers and while one principal holds many streams, and slow
+clients meet header and body read deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tasks_backend.embedded import EmbeddedRedis, free_port
+from tests.conftest import ALICE, make_settings, wait_until
+from tests.support.procs import Proc, settings_env, wait_for_http
+
+HEADER_TIMEOUT = 3
+BODY_TIMEOUT = 3
+#: Event streams held in one web process: more than redis-py's default pool of 100 connections.
+STREAMS = 120
+#: A bound that only a blocked server misses, however busy the machine is.
+ANSWER_WITHIN = 8.0
+
+
+def start_web(redis_url_base: str, log: Path, **env: str) -> tuple[Proc, str]:
+    settings = make_settings(redis_url_base)
+    port = free_port()
+    proc = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
+                settings_env(settings, TASKS_BACKEND_TOKENS="alice:alice-token", TASKS_BACKEND_SSE_MAX="60",
+                             TASKS_BACKEND_MAX_STREAMS="1000",
+                             TASKS_BACKEND_HEADER_TIMEOUT=str(HEADER_TIMEOUT),
+                             TASKS_BACKEND_BODY_TIMEOUT=str(BODY_TIMEOUT), **env), log)
+    base = f"http://127.0.0.1:{port}"
+    wait_for_http(f"{base}/healthz", proc.popen, log, 60, "tasks-backend web")
+    return proc, base
+
+
+@pytest.fixture(scope="module")
+def web(redis_base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    proc, base = start_web(redis_base, tmp_path_factory.mktemp("web") / "web.log")
+    try:
+        yield base
+    finally:
+        proc.stop()
+
+
+def connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=ANSWER_WITHIN)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def queued_job(base: str) -> str:
+    """A job that stays queued (no worker runs here): its streams stay open."""
+    answer = httpx.post(f"{base}/v1/jobs", headers=ALICE, json={"operation": "demo.sleep", "params": {"seconds": 1}})
+    assert answer.status_code == 202, answer.text
+    return str(answer.json()["taskId"])
+
+
+def assert_api_answers(base: str, job_id: str) -> None:
+    for _ in range(3):
+        assert httpx.get(f"{base}/healthz", timeout=ANSWER_WITHIN).status_code == 200
+        assert httpx.get(f"{base}/v1/jobs/{job_id}", headers=ALICE, timeout=ANSWER_WITHIN).status_code == 200
+    made = httpx.post(f"{base}/v1/jobs", headers=ALICE, timeout=ANSWER_WITHIN,
+                      json={"operation": "demo.sleep", "params": {"seconds": 1}})
+    assert made.status_code == 202
+
+
+def test_sockets_dribbling_headers_neither_block_the_api_nor_stay_open(web: str) -> None:
+    job_id = queued_job(web)
+    dribblers = [connect(web) for _ in range(25)]
+    stop = threading.Event()
+
+    def dribble() -> None:
+        for sock in dribblers:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        while not stop.wait(0.5):
+            for sock in dribblers:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"X-Slow: 1\r\n")
+
+    thread = threading.Thread(target=dribble, daemon=True)
+    thread.start()
+    try:
+        assert_api_answers(web, job_id)
+        # The header deadline: the server hangs up on every one of them, though each keeps sending.
+        wait_until(lambda: all(closed_by_server(s) for s in dribblers), timeout=HEADER_TIMEOUT + 15,
+                   interval=0.2, message="the server to close the dribbling connections")
+    finally:
+        stop.set()
+        thread.join()
+        for sock in dribblers:
+            sock.close()
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_a_408(web: str) -> None:
+    with connect(web) as sock:
+        sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer alice-token\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"operation\": ")
+        sock.settimeout(BODY_TIMEOUT + 15)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body)["status"] == 408
+
+
+def _request(base: str, method: str, path: str, body: dict[str, object] | None = None,
+             headers: dict[str, str] | None = None) -> socket.socket:
+    """Send a request and leave its answer unread (as a client holding a stream does)."""
+    payload = json.dumps(body).encode() if body is not None else b""
+    lines = [f"{method} {path} HTTP/1.1", "Host: x", "Authorization: Bearer alice-token",
+             f"Content-Length: {len(payload)}", "Content-Type: application/json",
+             *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    sock = connect(base)
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+    return sock
+
+
+def test_streams_of_one_principal_do_not_take_the_capacity_polls_need(web: str) -> None:
+    job_id = queued_job(web)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(STREAMS):
+            held.append(_request(web, "GET", f"/v1/jobs/{job_id}/events"))
+        for _ in range(6):  # blocking sends of jobs nobody runs: they wait for a terminal or interrupted state
+            message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+                       "parts": [{"data": {"operation": "demo.sleep", "params": {"seconds": 1}}}]}
+            held.append(_request(web, "POST", "/a2a", {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                                        "params": {"message": message}}, {"A2A-Version": "1.0"}))
+        for _ in range(6):
+            meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
+            held.append(_request(web, "POST", "/mcp", {
+                "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+                "params": {"notifications": {"taskIds": [job_id]}, "_meta": meta}},
+                {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen",
+                 "Accept": "application/json, text/event-stream"}))
+        for sock in held[:STREAMS]:
+            assert sock.recv(12) == b"HTTP/1.1 200"  # the event streams are open
+        assert_api_answers(web, job_id)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_stalled_redis_is_a_503_not_a_hang(tmp_path: Path) -> None:
+    redis = EmbeddedRedis(appendonly=False).start()
+    proc = None
+    try:
+        proc, base = start_web(f"redis://127.0.0.1:{redis.port}", tmp_path / "web.log",
+                               TASKS_BACKEND_REDIS_TIMEOUT="1")
+        job_id = queued_job(base)
+        assert redis.process is not None
+        redis.process.send_signal(signal.SIGSTOP)
+        try:
+            answer = httpx.get(f"{base}/v1/jobs/{job_id}", headers=ALICE, timeout=ANSWER_WITHIN + 5)
+            assert answer.status_code == 503 and answer.headers["Retry-After"]
+        finally:
+            redis.process.send_signal(signal.SIGCONT)
+    finally:
+        if proc is not None:
+            proc.stop()
+        redis.stop()
