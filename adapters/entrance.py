@@ -102,7 +102,7 @@ def origin_of(url: str) -> str:
 class Entrance:
     def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator,
                  checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False) -> None:
-        self.app = app
+        self.app, self.authenticator = app, authenticator
         # Authentication and the per-request limits (rate per principal, failed authentication per address).
         self.gate = runtime.gate(authenticator)
         # Paths whose caller is known by a session cookie, checked behind the door (the web page).
