@@ -1,0 +1,26 @@
+"""The quick fault-injection soak (`make soak QUICK=1`) as part of the suite: the system as deployed, in
+separate processes, through every kind of fault; it must keep every promise it checks (exit status 0).
+
+Deselect it for quick local runs with `-m "not soak"`; pin its schedule with `SOAK_SEED=n`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(360)
+@pytest.mark.xfail(strict=True, reason="issue 11: a Redis restart makes workers exit 0 and one receiver's bad "
+                                       "answer stops push delivery; remove this mark when the fixes are merged")
+def test_quick_soak_keeps_every_promise() -> None:
+    seed = os.environ.get("SOAK_SEED")
+    argv = [sys.executable, "-m", "soak", "--quick", *(["--seed", seed] if seed else [])]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=330, check=False)
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
