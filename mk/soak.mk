@@ -1,4 +1,4 @@
-# `make soak` (full: 10,000 jobs, every fault kind 6 times, about 25 minutes on 2 cores) and `make soak QUICK=1`
+# `make soak` (full: 10,000 jobs, every fault kind 6 times, about 30 minutes on 2 cores) and `make soak QUICK=1`
 # (300 jobs, every fault kind once, under 3 minutes; `make test` runs it). `SEED=n` replays a run's fault
 # schedule and job mix; `SOAK_ARGS` passes more options (`--supervise always`, `--jobs N`, `--keep`).
 # The clock fault needs Debian's libfaketime, installed here when missing.

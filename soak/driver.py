@@ -40,6 +40,7 @@ class Tracked:
     final_at: float = 0.0
     error_type: str | None = None
     push_extra: str | None = None
+    cancel_conflict: bool = False  # the cancel was answered 409 ("already terminal")
     notes: list[str] = field(default_factory=list)
 
 
@@ -164,7 +165,7 @@ class Driver:
         if response is None or response.status_code not in (200, 409):
             job.notes.append(f"cancel answered {None if response is None else response.status_code}")
         if response is not None and response.status_code == 409:
-            job.notes.append("cancel answered 409")
+            job.cancel_conflict = True
             job.expected = job.expected | {"completed"}  # it may have finished first; never a failure
 
     def _cancel_when_running(self, job: Tracked) -> None:
@@ -208,6 +209,8 @@ class Driver:
             job.notes.append(f"SendMessage failed: {reply}")
             return
         self._accept(job, str(reply["result"]["task"]["id"]))
+        if not self.others:
+            return
         extra = params_rng.choice(sorted(self.others))
         job.push_extra = extra
         created = self._a2a(job.token, "CreateTaskPushNotificationConfig",

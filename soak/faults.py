@@ -20,8 +20,8 @@ KINDS = (
     "redis_stall",      # redis-server SIGSTOPped for several seconds, then SIGCONTed
     "sweeper_kill",     # SIGKILL the sweeper (the supervisor restarts it)
     "web_kill",         # SIGKILL one gunicorn worker (gunicorn respawns it)
-    "proxy_cut",        # every worker connection to Redis cut at once
-    "proxy_drop",       # Redis's replies to the workers swallowed for a few seconds, then the connections cut
+    "proxy_cut",        # every connection to Redis (web, workers, sweeper) cut at once
+    "proxy_drop",       # for a few seconds, some of Redis's replies swallowed and their connections cut
     "clock_skew",       # one worker restarted with its clock 60 s off (libfaketime), for a while, then fixed
 )
 
@@ -52,19 +52,24 @@ class Fault:
 
 
 def schedule(seed: int, *, drive_s: float, per_kind: int, worker_count: int, skew_hold_s: float) -> list[Fault]:
-    """`per_kind` faults of every kind, in a seeded order, spread evenly over the drive (after a warm-up)."""
+    """`per_kind` faults of every kind, in a seeded order, spread evenly over the drive (after a warm-up).
+
+    Clock faults alternate between a slow clock (-60 s: the harsher, as every lease it writes looks lapsed
+    to the others) and a fast one (+60 s), the slow one first, so a quick run gets the slow one."""
     rng = random.Random(f"faults:{seed}")
     kinds = [k for k in KINDS for _ in range(per_kind)]
     rng.shuffle(kinds)
     start, end = min(5.0, drive_s * 0.05), drive_s * 0.92
     slot = (end - start) / len(kinds)
     faults = []
+    skews = 0
     for i, kind in enumerate(kinds):
         hold = {"redis_restart": rng.uniform(1.0, 3.0), "redis_stall": rng.uniform(4.0, 7.0),
                 "proxy_drop": rng.uniform(2.0, 4.0), "clock_skew": skew_hold_s}.get(kind, 0.0)
         faults.append(Fault(kind, round(start + i * slot + rng.uniform(0, slot * 0.3), 1), round(hold, 1),
                             rng.randint(1, worker_count),
-                            skew_s=rng.choice((-60, 60)) if kind == "clock_skew" else 0))
+                            skew_s=(60 if skews % 2 else -60) if kind == "clock_skew" else 0))
+        skews += kind == "clock_skew"
     return faults
 
 
@@ -162,13 +167,13 @@ class Injector:
 
     def proxy_cut(self, fault: Fault) -> str:
         assert self.system.proxy is not None
-        return f"cut {self.system.proxy.cut()} worker connections"
+        return f"cut {self.system.proxy.cut()} connections"
 
     def proxy_drop(self, fault: Fault) -> str:
         assert self.system.proxy is not None
-        before = self.system.proxy.dropped_bytes
+        before = self.system.proxy.dropped_replies
         self.system.proxy.drop_replies(fault.hold_s)
-        return f"swallowed {self.system.proxy.dropped_bytes - before} bytes of replies"
+        return f"swallowed {self.system.proxy.dropped_replies - before} replies (and cut their connections)"
 
     def clock_skew(self, fault: Fault) -> str:
         library = faketime_library()

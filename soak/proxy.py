@@ -1,14 +1,16 @@
-"""A TCP proxy between the workers and Redis that can cut every connection or swallow Redis's replies.
+"""A TCP proxy between the system's processes and Redis that can cut every connection or swallow Redis's replies.
 
-It runs an asyncio loop in its own thread. Swallowing replies is the fault that makes a client retry a
-command whose effect was applied (a lost reply): for the window, bytes from Redis are dropped; at its
-end the affected connections are closed, since a connection that lost part of a reply is out of step.
+It runs an asyncio loop in its own thread. Swallowing a reply is the fault that makes a client retry a
+command whose effect was applied: during the window, a reply from Redis is dropped now and then and its
+connection closed at once (a connection that lost part of a reply is out of step anyway), so the client
+sees a connection error after the command ran, which is when redis-py retries it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 import time
 
@@ -16,7 +18,7 @@ import time
 class _Pipe:
     def __init__(self, writer: asyncio.StreamWriter, upstream: asyncio.StreamWriter) -> None:
         self.client, self.upstream = writer, upstream
-        self.dropping = False
+        self.dropping = False  # replies may be swallowed
 
     def close(self) -> None:
         for w in (self.client, self.upstream):
@@ -32,6 +34,9 @@ class Proxy:
         self.drop_until = 0.0
         self.port = 0
         self.dropped_bytes = 0
+        self.dropped_replies = 0
+        self.drop_p = 0.0
+        self.rng = random.Random(0)
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), name="soak-proxy", daemon=True)
         self.thread.start()
@@ -68,9 +73,10 @@ class Proxy:
                     replies: bool) -> None:
         try:
             while data := await reader.read(65536):
-                if replies and pipe.dropping:
+                if replies and pipe.dropping and self.rng.random() < self.drop_p:
                     self.dropped_bytes += len(data)
-                    continue
+                    self.dropped_replies += 1
+                    break
                 writer.write(data)
                 await writer.drain()
         except (OSError, asyncio.IncompleteReadError):
@@ -83,21 +89,26 @@ class Proxy:
         """Close every connection now; returns how many."""
         return asyncio.run_coroutine_threadsafe(self._cut(), self.loop).result(10)
 
-    async def _cut(self, only_dropping: bool = False) -> int:
-        pipes = [p for p in self.pipes if p.dropping or not only_dropping]
+    async def _cut(self) -> int:
+        pipes = list(self.pipes)
         for pipe in pipes:
             pipe.close()
         return len(pipes)
 
-    def drop_replies(self, seconds: float) -> None:
-        """Swallow every reply for `seconds` (on open and new connections), then close those connections."""
+    def drop_replies(self, seconds: float, probability: float = 0.3) -> None:
+        """For `seconds`, swallow each reply with `probability` and close its connection."""
         def start() -> None:
+            self.drop_p = probability
             self.drop_until = time.monotonic() + seconds
             for pipe in self.pipes:
                 pipe.dropping = True
+
+        def end() -> None:
+            for pipe in self.pipes:
+                pipe.dropping = False
         self.loop.call_soon_threadsafe(start)
         time.sleep(seconds)
-        asyncio.run_coroutine_threadsafe(self._cut(only_dropping=True), self.loop).result(10)
+        self.loop.call_soon_threadsafe(end)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

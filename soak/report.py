@@ -15,9 +15,9 @@ from .faults import KINDS, Fault
 from .services import TERMINAL_A2A
 
 #: Figures that must be zero; the others are reported for what they show.
-MUST_BE_ZERO = ("lost", "wrong_outcome", "stuck", "downstream_twice", "duplicate_jobs", "push_missed",
-                "push_out_of_order", "server_errors", "stayed_down", "not_recovered")
-COLUMNS = (("lost", "lost"), ("wrong_outcome", "wrong end"), ("stuck", "stuck"),
+MUST_BE_ZERO = ("lost", "wrong_outcome", "wrong_409", "stuck", "downstream_twice", "duplicate_jobs",
+                "push_missed", "push_out_of_order", "server_errors", "stayed_down", "not_recovered")
+COLUMNS = (("lost", "lost"), ("wrong_outcome", "wrong end"), ("wrong_409", "wrong 409"), ("stuck", "stuck"),
            ("downstream_twice", "dwnstr 2x"), ("ledger_twice", "ledger 2x*"), ("duplicate_jobs", "dup jobs"),
            ("push_missed", "push miss"), ("push_out_of_order", "push order"), ("server_errors", "5xx"),
            ("stayed_down", "down"), ("not_recovered", "no recov"))

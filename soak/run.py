@@ -42,9 +42,9 @@ class Plan:
     @classmethod
     def of(cls, quick: bool, jobs: int | None) -> Plan:
         if quick:
-            return cls(jobs or 300, 90.0, 1, 40.0, 10.0, 30.0)
+            return cls(jobs or 300, 85.0, 1, 70.0, 10.0, 30.0)
         count = jobs or 10_000
-        return cls(count, max(120.0, count / 8), 6, 300.0, 20.0, 90.0)
+        return cls(count, max(120.0, count / 7), 6, 300.0, 20.0, 90.0)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -54,6 +54,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=None, help="number of jobs (default 300 quick, 10000 full)")
     p.add_argument("--supervise", choices=("on-failure", "always"), default="on-failure",
                    help="restart policy for processes that exit on their own (systemd's names)")
+    p.add_argument("--receivers", default="slow,dead,malformed",
+                   help="the push receiver each push job gets besides the healthy one (comma-separated)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (logs, AOF, ledger) even on success")
     return p.parse_args(argv)
 
@@ -121,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
     plan = Plan.of(args.quick, args.jobs)
-    command = f"make soak{' QUICK=1' if args.quick else ''} SEED={seed}" + (f" SOAK_ARGS='--jobs {args.jobs}'"
-                                                                              if args.jobs else "")
+    options = [*(["--jobs", str(args.jobs)] if args.jobs else []),
+               *(["--supervise", args.supervise] if args.supervise != "on-failure" else []),
+               *(["--receivers", args.receivers] if args.receivers != "slow,dead,malformed" else [])]
+    command = f"make soak{' QUICK=1' if args.quick else ''} SEED={seed}" + (
+        f" SOAK_ARGS='{' '.join(options)}'" if options else "")
     if faketime_library() is None:
         print("soak: libfaketime is needed for the clock fault (apt-get install libfaketime)", file=sys.stderr)
         return 2
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     tokens = {f"soak-{i}": secrets.token_urlsafe(16) for i in range(2)}
     downstream, healthy = Downstream(), Receiver()
     slow, malformed = Receiver(delay_s=0.5), Malformed()
-    others = {"slow": slow.url, "dead": dead_url(), "malformed": malformed.url}
+    offered = {"slow": slow.url, "dead": dead_url(), "malformed": malformed.url}
+    others = {name: offered[name] for name in args.receivers.split(",") if name}
     system = System(run_dir, env=env_for(run_dir, tokens, downstream.url), supervise=args.supervise)
     api = Api(system.base_url)
     token_list = list(tokens.values())
@@ -190,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = [f"http: {api.unavailable} answers 503 with Retry-After (retried), {api.throttled} 429, "
                  f"{api.transport_errors} dropped connections or timeouts (retried); "
                  f"downstream deduplicated {downstream.repeats} repeated keys",
-                 f"proxy swallowed {system.proxy.dropped_bytes if system.proxy else 0} bytes of replies",
+                 f"proxy swallowed {system.proxy.dropped_replies if system.proxy else 0} replies",
                  "process events: " + (", ".join(f"{e.process} at {e.at - t0:.0f}s: {e.what}"
                                                   for e in system.events) or "none"),
                  *[f"injection error: {e}" for e in injector.errors],
@@ -249,6 +255,9 @@ def check(driver: Driver, api: Api, system: System, store: RedisStore, faults: l
         elif job.final not in job.expected:
             findings.add("wrong_outcome", kinds, f"{label}: ended {job.final} ({job.error_type}), "
                                                  f"expected {sorted(job.expected)}")
+        if job.cancel_conflict and job.final == "cancelled":
+            findings.add("wrong_409", kinds, f"{label}: cancel answered 409 (already terminal), yet the job "
+                                             "ended cancelled")
         if job.id in twice:
             findings.add("downstream_twice", kinds, f"{label}: {twice[job.id]} effect(s) under a second key",
                          twice[job.id])

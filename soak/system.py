@@ -144,17 +144,17 @@ class System:
     def start(self) -> None:
         self.redis.start()
         self.proxy = Proxy(self.redis.port)
-        direct = {**self.base_env, "REDIS_URL": self.redis.url, "CELERY_BROKER_URL": self.redis.url}
+        # Every process reaches Redis through the proxy (the harness alone goes direct, to observe).
         proxied = {**self.base_env, "REDIS_URL": self.proxy.url, "CELERY_BROKER_URL": self.proxy.url}
         logs = self.run_dir
         self.children["web"] = Child("web", [*_console("tasks-backend"), "web", "--workers", str(self.web_workers),
                                              "--threads", "4", "--bind", f"127.0.0.1:{self.web_port}"],
-                                     direct, logs / "web.log")
+                                     proxied, logs / "web.log")
         for i in range(1, self.worker_count + 1):
             self.children[f"worker{i}"] = Child(
                 f"worker{i}", [*_console("tasks-backend"), "worker", "--concurrency", str(self.concurrency),
                                "--hostname", f"soak-w{i}@%h"], proxied, logs / f"worker{i}.log")
-        self.children["sweeper"] = Child("sweeper", [*_console("tasks-backend"), "sweeper"], direct,
+        self.children["sweeper"] = Child("sweeper", [*_console("tasks-backend"), "sweeper"], proxied,
                                          logs / "sweeper.log")
         for child in self.children.values():
             child.start()
