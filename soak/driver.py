@@ -35,7 +35,8 @@ class Tracked:
     token: str
     expected: frozenset[str]
     id: str | None = None
-    submitted: float = 0.0
+    started: float = field(default_factory=time.monotonic)  # when the client began (before any retry)
+    submitted: float = 0.0  # when it got the handle
     final: str | None = None
     final_at: float = 0.0
     error_type: str | None = None
@@ -106,6 +107,7 @@ class Driver:
         self.base_url = base_url
         self.jobs: list[Tracked] = []
         self.duplicate_jobs: list[tuple[Tracked, set[str]]] = []
+        self.client_errors: list[str] = []
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="soak-client")
         self.asking: set[int] = set()  # indexes into jobs of parked-job candidates, for the bot
@@ -116,7 +118,8 @@ class Driver:
         response = self.api.call("POST", "/v1/jobs", job.token, json={"operation": operation, "params": params},
                                  headers={"Idempotency-Key": job.key})
         if response is None or response.status_code != 202:
-            job.notes.append(f"submit not accepted: {None if response is None else response.status_code}")
+            answer = "no answer" if response is None else f"{response.status_code} {response.text[:200]}"
+            job.notes.append(f"submit not accepted within {RETRY_S:.0f}s: {answer}")
             return None
         return str(response.json()["taskId"])
 
@@ -135,6 +138,13 @@ class Driver:
         return response.json()  # type: ignore[no-any-return]
 
     def run_one(self, kind: str, params_rng: random.Random) -> None:
+        try:
+            self._run_one(kind, params_rng)
+        except Exception as exc:  # an answer the client did not expect: reported with the job, not a crash
+            with self.lock:
+                self.client_errors.append(f"{kind}: {exc!r}")
+
+    def _run_one(self, kind: str, params_rng: random.Random) -> None:
         token = self.tokens[params_rng.randrange(len(self.tokens))]
         expected = {"fail": {"failed"}, "cancel_queued": {"cancelled"}, "cancel_running": {"cancelled"}}
         job = Tracked(kind, str(uuid.uuid4()), token, frozenset(expected.get(kind, {"completed"})))

@@ -15,12 +15,14 @@ from .faults import KINDS, Fault
 from .services import TERMINAL_A2A
 
 #: Figures that must be zero; the others are reported for what they show.
-MUST_BE_ZERO = ("lost", "wrong_outcome", "wrong_409", "stuck", "downstream_twice", "duplicate_jobs",
-                "push_missed", "push_out_of_order", "server_errors", "stayed_down", "not_recovered")
-COLUMNS = (("lost", "lost"), ("wrong_outcome", "wrong end"), ("wrong_409", "wrong 409"), ("stuck", "stuck"),
-           ("downstream_twice", "dwnstr 2x"), ("ledger_twice", "ledger 2x*"), ("duplicate_jobs", "dup jobs"),
-           ("push_missed", "push miss"), ("push_out_of_order", "push order"), ("server_errors", "5xx"),
-           ("stayed_down", "down"), ("not_recovered", "no recov"))
+MUST_BE_ZERO = ("not_accepted", "lost", "wrong_outcome", "wrong_409", "stuck", "downstream_twice",
+                "duplicate_jobs", "push_missed", "push_out_of_order", "server_errors", "stayed_down",
+                "not_recovered")
+COLUMNS = (("not_accepted", "refused"), ("lost", "lost"), ("wrong_outcome", "wrong end"),
+           ("wrong_409", "wrong 409"), ("stuck", "stuck"), ("downstream_twice", "dwnstr 2x"),
+           ("ledger_twice", "ledger 2x*"), ("duplicate_jobs", "dup jobs"), ("push_missed", "push miss"),
+           ("push_out_of_order", "push order"), ("server_errors", "5xx"), ("stayed_down", "down"),
+           ("not_recovered", "no recov"))
 A2A_FINAL = {"completed": "TASK_STATE_COMPLETED", "failed": "TASK_STATE_FAILED", "cancelled": "TASK_STATE_CANCELED"}
 
 
@@ -92,7 +94,7 @@ def keys_without_ttl(client: redis.Redis, prefix: str) -> list[str]:
 def print_report(findings: Findings, faults: list[Fault], *, seed: int, jobs: list[Tracked], extra: list[str],
                  command: str) -> None:
     names = [*KINDS, "(no fault)"]
-    head = f"{'fault kind':<16}{'n':>3} " + "".join(f"{label:>11}" for _, label in COLUMNS) + f"{'recovery':>16}"
+    head = f"{'fault kind':<16}{'n':>3} " + "".join(f"{label:>11}" for _, label in COLUMNS) + f"{'recovery':>14}"
     print("\n" + head)
     print("-" * len(head))
     for kind in names:
@@ -103,12 +105,12 @@ def print_report(findings: Findings, faults: list[Fault], *, seed: int, jobs: li
         times = [f.recovery_s for f in of_kind if f.recovery_s is not None]
         recovery = f"{min(times):.1f}-{max(times):.1f}s" if times else ("-" if not of_kind else "never")
         print(f"{kind:<16}{len(of_kind):>3} " + "".join(f"{row.get(k, 0):>11}" for k, _ in COLUMNS)
-              + f"{recovery:>16}")
+              + f"{recovery:>14}")
     print("-" * len(head))
     all_times = [f.recovery_s for f in faults if f.recovery_s is not None]
     total_recovery = f"max {max(all_times):.1f}s" if all_times else "-"
     print(f"{'total':<16}{len(faults):>3} " + "".join(f"{findings.total.get(k, 0):>11}" for k, _ in COLUMNS)
-          + f"{total_recovery:>16}")
+          + f"{total_recovery:>14}")
     print("(a job counts under every fault active while it ran; `total` counts each job once. "
           "* ledger 2x is the documented effect-to-record window: reported, not a failure)")
     accepted = sum(1 for j in jobs if j.id)

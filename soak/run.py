@@ -21,7 +21,7 @@ from tasks_backend.keys import Keys
 from tasks_backend.store import RedisStore, connect
 
 from . import report
-from .driver import TERMINAL, Api, Driver
+from .driver import RETRY_S, TERMINAL, Api, Driver
 from .faults import Fault, Injector, schedule
 from .services import Downstream, Malformed, Receiver, dead_url
 from .system import ROOT, System, faketime_library
@@ -200,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                  "process events: " + (", ".join(f"{e.process} at {e.at - t0:.0f}s: {e.what}"
                                                   for e in system.events) or "none"),
                  *[f"injection error: {e}" for e in injector.errors],
+                 *[f"client error: {e}" for e in driver.client_errors[:10]],
                  *[f"recovery probe after {f.kind} at {f.started - t0:.0f}s: {f.probe_error}"
                    for f in faults if f.probe_error]]
         report.print_report(findings, faults, seed=seed, jobs=driver.jobs, extra=extra, command=command)
-        failed = findings.failed() or injector.errors
+        failed = findings.failed() or injector.errors or driver.client_errors
     finally:
         if injector is not None:
             injector.finish.set()
@@ -241,6 +242,9 @@ def check(driver: Driver, api: Api, system: System, store: RedisStore, faults: l
     twice = downstream.applied_twice()
     for job in driver.jobs:
         if not job.id:
+            findings.add("not_accepted", blame.kinds(job.started, job.started + RETRY_S),
+                         f"{job.kind} job (key {job.key}, started at {job.started - t0:.0f}s): "
+                         f"{'; '.join(job.notes) or 'no handle'}")
             continue
         end = job.final_at or bound_end
         kinds = blame.kinds(job.submitted, end)
