@@ -26,6 +26,7 @@ TERMINAL = {"completed", "failed", "cancelled"}
 #: The mix: kind -> weight.
 MIX = {"steps": 34, "ask": 12, "cancel_queued": 8, "cancel_running": 8, "fail": 8, "dup": 10, "push": 20}
 RETRY_S = 30.0  # how long a client keeps retrying one call through 503s and dropped connections
+INTERNAL_ERROR = -32603  # JSON-RPC's answer while the store is unreachable (HTTP says 503)
 
 
 @dataclass
@@ -131,11 +132,19 @@ class Driver:
             job.submitted = time.monotonic()
 
     def _a2a(self, token: str, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
-        response = self.api.call("POST", "/a2a", token, json=body, headers={"A2A-Version": "1.0"})
-        if response is None or response.status_code != 200:
-            return None
-        return response.json()  # type: ignore[no-any-return]
+        """One JSON-RPC call; an internal error (the store unreachable) is retried like a 503."""
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+            response = self.api.call("POST", "/a2a", token, json=body, headers={"A2A-Version": "1.0"})
+            if response is None or response.status_code != 200:
+                return None
+            reply: dict[str, Any] = response.json()
+            if (reply.get("error") or {}).get("code") != INTERNAL_ERROR or time.monotonic() > deadline:
+                return reply
+            with self.api.lock:
+                self.api.unavailable += 1
+            time.sleep(0.5)
 
     def run_one(self, kind: str, params_rng: random.Random) -> None:
         try:
