@@ -193,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)  # let a process that died in the last moments be seen
         driver.stop.set()
         findings = check(driver, api, system, store, faults, healthy, downstream, run_dir, t0)
-        extra = [f"http: {api.unavailable} answers 503 with Retry-After or JSON-RPC -32603 (retried), {api.throttled} 429, "
+        extra = [f"http: {api.unavailable} answers 503 with Retry-After or JSON-RPC -32603 (retried), "
+                 f"{api.throttled} 429, "
                  f"{api.transport_errors} dropped connections or timeouts (retried); "
                  f"downstream deduplicated {downstream.repeats} repeated keys",
                  f"proxy swallowed {system.proxy.dropped_replies if system.proxy else 0} replies",
