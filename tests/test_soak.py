@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.soak
 @pytest.mark.timeout(360)
-@pytest.mark.xfail(strict=True, reason="issue 11: a Redis restart makes workers exit 0 and one receiver's bad "
-                                       "answer stops push delivery; remove this mark when the fixes are merged")
+# Today the soak finds lost, duplicated and stuck work and missed pushes (docs/reliability.md); strict, so the
+# suite fails once the fixes of issue 11 make it pass, and this mark is removed then.
+@pytest.mark.xfail(strict=True, reason="issue 11: the quick soak fails on today's code")
 def test_quick_soak_keeps_every_promise() -> None:
     seed = os.environ.get("SOAK_SEED")
     argv = [sys.executable, "-m", "soak", "--quick", *(["--seed", seed] if seed else [])]
