@@ -10,7 +10,6 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,18 +99,15 @@ class Api:
 
 
 class Driver:
-    def __init__(self, api: Api, tokens: list[str], seed: int, *, healthy: Receiver, others: dict[str, str],
-                 base_url: str) -> None:
+    def __init__(self, api: Api, tokens: list[str], seed: int, *, healthy: Receiver, others: dict[str, str]) -> None:
         self.api, self.tokens = api, tokens
         self.rng = random.Random(f"jobs:{seed}")
         self.healthy, self.others = healthy, others
-        self.base_url = base_url
         self.jobs: list[Tracked] = []
         self.duplicate_jobs: list[tuple[Tracked, set[str]]] = []
         self.client_errors: list[str] = []
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="soak-client")
-        self.asking: set[int] = set()  # indexes into jobs of parked-job candidates, for the bot
         self.stop = threading.Event()
 
     # -- submitting --------------------------------------------------------------------------
@@ -276,7 +272,7 @@ class Driver:
                 left += 1
         return left
 
-    def drive(self, count: int, seconds: float, stop_at: Callable[[], bool]) -> None:
+    def drive(self, count: int, seconds: float) -> None:
         """Start `count` jobs evenly over `seconds`."""
         kinds, weights = zip(*MIX.items(), strict=True)
         t0 = time.monotonic()
@@ -285,8 +281,6 @@ class Driver:
             wait = t0 + i * seconds / count - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            if stop_at():
-                break
             kind = self.rng.choices(kinds, weights)[0]
             futures.append(self.pool.submit(self.run_one, kind, random.Random(self.rng.random())))
         for f in futures:

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         first, _ = probe(api, store, token_list[0], 60)
         if first is None:
             raise RuntimeError(f"the system does not run jobs before any fault; see {run_dir}")
-        driver = Driver(api, token_list, seed, healthy=healthy, others=others, base_url=system.base_url)
+        driver = Driver(api, token_list, seed, healthy=healthy, others=others)
         probes: list[threading.Thread] = []
 
         def after_fault(fault: Fault) -> None:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         injector.start()
         threading.Thread(target=driver.bot, args=(store,), daemon=True).start()
         threading.Thread(target=driver.watch, args=(store,), daemon=True).start()
-        driver.drive(plan.jobs, plan.drive_s, stop_at=lambda: False)
+        driver.drive(plan.jobs, plan.drive_s)
         injector.done.wait()
         drive_end = time.monotonic()
         print(f"  [{drive_end - t0:7.1f}s] all jobs started, all faults injected; draining "
