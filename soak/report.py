@@ -69,10 +69,17 @@ def ledger_counts(path: Path) -> dict[tuple[str, str], int]:
 
 
 def out_of_order(updates: list[tuple[str, str]]) -> str | None:
-    """Why a receiver's sequence of status updates for one task is out of order (None if it is not)."""
+    """Why a receiver's sequence of status updates for one task is out of order (None if it is not).
+
+    An exact repeat of an update already delivered is skipped: delivery is at least once, and a receiver
+    recognises a repeat by its timestamp (and message id)."""
     ended: str | None = None
     last_ts = ""
+    seen: set[tuple[str, str]] = set()
     for state, ts in updates:
+        if (state, ts) in seen:
+            continue
+        seen.add((state, ts))
         if ended is not None and state != ended:
             return f"{state} after {ended}"
         if ts < last_ts:
