@@ -68,8 +68,10 @@ class Api:
              retry_s: float = RETRY_S) -> httpx.Response | None:
         deadline = time.monotonic() + retry_s
         delay = 0.1
+        attempts = 0
         while True:
             response = None
+            attempts += 1
             try:
                 response = self.http.request(method, path, json=json,
                                              headers={"Authorization": f"Bearer {token}", **(headers or {})})
@@ -88,6 +90,9 @@ class Api:
                     with self.lock:
                         self.server_errors.append(Answer(time.monotonic(), status, f"{method} {path}"))
                 else:
+                    # How many tries this answer took: after a 503 or a cut connection the caller cannot know
+                    # whether an earlier try took effect (a retried cancel may find its own cancellation).
+                    response.extensions["soak_attempts"] = attempts
                     return response
             if time.monotonic() + delay > deadline:
                 return response
@@ -177,10 +182,11 @@ class Driver:
         if job.id is None:
             return
         response = self.api.call("POST", f"/v1/jobs/{job.id}/cancel", job.token)
-        if response is None or response.status_code not in (200, 409):
+        if response is None or response.status_code not in (200, 202, 409):
             job.notes.append(f"cancel answered {None if response is None else response.status_code}")
         if response is not None and response.status_code == 409:
-            job.cancel_conflict = True
+            # Only a first try's 409 is wrong for a job that ends cancelled; a retry may meet its own cancel.
+            job.cancel_conflict = response.extensions.get("soak_attempts", 1) == 1
             job.expected = job.expected | {"completed"}  # it may have finished first; never a failure
 
     def _cancel_when_running(self, job: Tracked) -> None:
