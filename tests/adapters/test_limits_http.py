@@ -125,3 +125,19 @@ def test_a2a_blocking_send_waits_past_the_stream_bound_for_a_terminal_state(sett
     answer = a2a(base, "SendMessage", order("demo.sleep", {"seconds": 2.5, "steps": 5}), timeout=30)
     task = answer.json()["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
+
+
+def test_guessing_tokens_at_the_web_page_counts_against_the_address(redis_base: str, serve: Serve) -> None:
+    """The page's sign-in form takes a token too: it meets the same failed-authentication limit as a bearer header."""
+    url = serve(make_settings(redis_base, auth_failure_limit=3, auth_failure_window_s=60.0))
+    with httpx.Client(base_url=url, timeout=10) as page:
+
+        def sign_in(token: str) -> httpx.Response:
+            form = page.get("/ui/signin").text
+            csrf = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            return page.post("/ui/signin", data={"token": token, "csrf": csrf, "next": ""})
+
+        assert [sign_in(f"guess-{n}").status_code for n in range(3)] == [401, 401, 401]
+        refused = sign_in("alice-token")  # right, but this address has used up its guesses
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
+        assert httpx.get(f"{url}/v1/jobs", headers=ALICE).status_code == 429  # and the API says the same
