@@ -15,10 +15,12 @@ import contextlib
 import io
 import json
 import warnings
+from http import HTTPStatus
 from typing import Any
 
 import gevent
 from gevent.monkey import MonkeyPatchWarning
+from gunicorn.http import errors as http_errors
 from gunicorn.workers.ggevent import GeventWorker
 
 from .config import Settings
@@ -66,6 +68,14 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
             req.body = io.BytesIO(data)
         return super().handle_request(listener_name, req, sock, addr)
 
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        for kind, status, detail in _PARSE_ERRORS:
+            if isinstance(exc, kind) and not isinstance(exc, http_errors.ConfigurationProblem):
+                self.log.warning("invalid request from %s: %s (%s)", (addr or ("",))[0], type(exc).__name__, status)
+                _send_problem(client, status, "about:blank", detail)
+                return
+        super().handle_error(req, client, addr, exc)
+
 
 def _body_framing(req: Any) -> tuple[int | None, bool]:
     length, chunked = None, False
@@ -78,9 +88,25 @@ def _body_framing(req: Any) -> tuple[int | None, bool]:
 
 
 def _send_timeout(sock: Any, seconds: float) -> None:
-    body = json.dumps({"type": PROBLEM_TYPE_BASE + "request-timeout", "title": "Request Timeout", "status": 408,
-                       "detail": f"The request body did not arrive within {seconds:g} seconds."}).encode()
-    head = (f"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/problem+json\r\n"
+    _send_problem(sock, 408, PROBLEM_TYPE_BASE + "request-timeout",
+                  f"The request body did not arrive within {seconds:g} seconds.")
+
+
+#: gunicorn's own refusals of a request it could not parse, answered as problem+json like every other error
+#: (gunicorn writes them as HTML). Nothing of the request is echoed back.
+_PARSE_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (http_errors.LimitRequestLine, 414, "The request line is longer than the server accepts."),
+    (http_errors.LimitRequestHeaders, 431, "The request headers are larger or more numerous than the server accepts."),
+    (http_errors.UnsupportedTransferCoding, 501, "The request's transfer coding is not supported."),
+    (http_errors.ExpectationFailed, 417, "The request's Expect header cannot be met."),
+    (http_errors.ParseException, 400, "The request could not be parsed as HTTP/1.1."),
+)
+
+
+def _send_problem(sock: Any, status: int, problem_type: str, detail: str) -> None:
+    phrase = HTTPStatus(status).phrase
+    body = json.dumps({"type": problem_type, "title": phrase, "status": status, "detail": detail}).encode()
+    head = (f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/problem+json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     with contextlib.suppress(OSError):
         sock.sendall(head + body)

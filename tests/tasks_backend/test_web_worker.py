@@ -179,3 +179,22 @@ def test_a_stalled_redis_is_a_503_not_a_hang(tmp_path: Path) -> None:
         if proc is not None:
             proc.stop()
         redis.stop()
+
+
+@pytest.mark.parametrize(("request_head", "status"), [
+    (b"GET /v1/jobs/" + b"x" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % n for n in range(200)) + b"\r\n", 431),
+    (b"NOT A REQUEST LINE\r\n\r\n", 400),
+])
+def test_requests_the_server_cannot_parse_get_a_problem_not_html(web: str, request_head: bytes, status: int) -> None:
+    with connect(web) as sock:
+        sock.sendall(request_head)
+        sock.settimeout(10)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), answer[:200]
+    assert b"Content-Type: application/problem+json" in head
+    problem = json.loads(body)
+    assert problem["status"] == status and b"xxxx" not in body and b"yyyy" not in body
