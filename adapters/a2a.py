@@ -27,7 +27,7 @@ from tasks_backend.service import JobService
 from tasks_backend.states import A2A_STATE
 
 from . import a2a_wire as wire
-from . import jsonrpc
+from . import jsonrpc, sse
 from .jsonrpc import RpcError
 
 bp = Blueprint("a2a", __name__)
@@ -343,7 +343,7 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot:
     _, first = next(events)  # ownership is checked here, before the response starts
 
     def frame(result: dict[str, Any]) -> str:
-        return f"data: {json.dumps(jsonrpc.success(request_id, result))}\n\n"
+        return sse.json_frame(jsonrpc.success(request_id, result))
 
     def generate() -> Iterator[str]:
         last = first
@@ -361,13 +361,10 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot:
                 if record.state in wire.STREAM_END:
                     return
         except Exception as exc:
-            yield f"event: error\ndata: {json.dumps(a2a_error(request_id, exc))}\n\n"
+            yield sse.json_frame(a2a_error(request_id, exc), event="error")
 
     # `slot` (one of the principal's open streams) is held until the stream ends or the client goes away.
-    response = Response(stream_with_context(Held(slot, generate())), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
+    return sse.response(stream_with_context(Held(slot, generate())))
 
 
 # -- tasks -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.views import detailed, handle
 
-from . import body
+from . import body, sse
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1")
 
@@ -142,17 +142,12 @@ def event_stream(principal: Principal, job_id: str) -> Response:
     first = next(stream)  # ownership is checked here, before any byte of the stream is sent
 
     def generate() -> Iterator[str]:
-        yield "retry: 1000\n\n"
+        yield sse.frame(retry_ms=1000)
         for event_id, record in _chain(first, stream):
-            prefix = f"id: {event_id}\n" if event_id else ""
-            yield f"{prefix}event: handle\ndata: {json.dumps(detailed(record))}\n\n"
+            yield sse.json_frame(detailed(record), event="handle", event_id=event_id)
 
     # Counted as one of the principal's open streams until it ends or the client goes away.
-    held = runtime.limits().hold(principal, generate())
-    response = Response(stream_with_context(held), mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
+    return sse.response(stream_with_context(runtime.limits().hold(principal, generate())))
 
 
 def _chain(first: tuple[str, JobRecord], rest: Iterator[tuple[str, JobRecord]]) -> Iterator[tuple[str, JobRecord]]:

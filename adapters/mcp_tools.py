@@ -21,7 +21,7 @@ from tasks_backend.errors import InvalidParams
 from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
 
-from . import jsonrpc
+from . import jsonrpc, sse
 
 MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
@@ -82,22 +82,14 @@ Reply = dict[str, Any] | Stream
 
 def sse_event(message: dict[str, Any] | None, event_id: str | None = None, retry_ms: int | None = None,
               ) -> str:
-    """One SSE event; `message=None` makes an empty (priming) event that only carries an id."""
-    lines = []
-    if event_id:
-        lines.append(f"id: {event_id}")
-    if retry_ms is not None:
-        lines.append(f"retry: {retry_ms}")
-    lines.append("event: message")
-    lines.append("data: " + (json.dumps(message, separators=(",", ":")) if message is not None else ""))
-    return "\n".join(lines) + "\n\n"
+    """One MCP SSE event; `message=None` makes an empty (priming) event that only carries an id."""
+    if message is None:
+        return sse.frame("", event="message", event_id=event_id, retry_ms=retry_ms)
+    return sse.json_frame(message, event="message", event_id=event_id, retry_ms=retry_ms, separators=sse.COMPACT)
 
 
 def sse_response(stream: Stream) -> Response:
-    response = Response(stream.events, mimetype="text/event-stream")
-    response.headers["Cache-Control"] = "no-cache"
-    response.headers["X-Accel-Buffering"] = "no"
-    return response
+    return sse.response(stream.events)
 
 
 def tools(runtime: Runtime, *, legacy: bool) -> list[dict[str, Any]]:
