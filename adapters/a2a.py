@@ -19,7 +19,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from tasks_backend import __version__
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState
-from tasks_backend.errors import InvalidParams, JobNotFound
+from tasks_backend.errors import Conflict, InvalidParams, JobNotFound, NotWaitingForInput
 from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, normalize_config, resolve_target
 from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
@@ -29,6 +29,7 @@ from tasks_backend.states import A2A_STATE
 from . import a2a_wire as wire
 from . import jsonrpc, sse
 from .jsonrpc import RpcError
+from .protocol import Adapter
 
 bp = Blueprint("a2a", __name__)
 
@@ -37,6 +38,7 @@ RPC_PATH = "/a2a"
 PROTOCOL_VERSION = "1.0"
 
 TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
 UNSUPPORTED_OPERATION = -32004
 CONTENT_TYPE_NOT_SUPPORTED = -32005
 EXTENDED_CARD_NOT_CONFIGURED = -32007
@@ -50,6 +52,12 @@ _REASONS = {
     -32009: "VERSION_NOT_SUPPORTED",
 }
 _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+#: A2A's error codes ([spec] §5.4): a job the caller cannot see is TaskNotFound (also another owner's),
+#: a terminal one TaskNotCancelable, input to a job that asks for none UnsupportedOperation.
+CODES: jsonrpc.Codes = {**jsonrpc.CODES, JobNotFound: TASK_NOT_FOUND, Conflict: TASK_NOT_CANCELABLE,
+                        NotWaitingForInput: UNSUPPORTED_OPERATION}
+ADAPTER = Adapter("a2a", bp, rpc_paths=frozenset({RPC_PATH}), codes=CODES,
+                  public_paths=frozenset({AGENT_CARD_PATH}))
 _STATE_BY_NAME = {name: state for state, name in A2A_STATE.items()}
 MAX_PAGE_SIZE = 100
 MAX_CONTEXT_ID = 256
@@ -137,7 +145,7 @@ def _reply(body: dict[str, Any]) -> Response:
 
 def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
     """The JSON-RPC error by the one error table, with the `ErrorInfo` detail A2A clients read."""
-    body = jsonrpc.error_for(request_id, exc, "a2a")
+    body = jsonrpc.error_for(request_id, exc, CODES)
     err = body["error"]
     reason = _REASONS.get(err["code"])
     if reason is not None:

@@ -10,7 +10,7 @@ from tasks_backend.config import Settings
 from tasks_backend.errors import Unauthenticated
 from tasks_backend.runtime import Runtime, build_runtime
 
-from . import a2a, http_jobs, mcp, observability, openapi, problems, ui
+from . import problems, protocol
 from .entrance import PRINCIPAL, PUBLIC_PATHS, Check, Entrance
 
 __all__ = ["PUBLIC_PATHS", "create_app"]
@@ -28,17 +28,20 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     @app.before_request
     def _principal() -> None:
         # The entrance authenticated the caller; a request that did not come through it gets nothing.
-        if ui.owns(request.path):
-            return  # the page's session names the caller (adapters/ui.py); the door checked the rest
+        if protocol.session_path(request.path):
+            return  # the adapter's own session names the caller (the web page); the door checked the rest
         if PRINCIPAL not in request.environ:
             raise Unauthenticated()
         g.principal = request.environ[PRINCIPAL]
 
     problems.register(app)
-    observability.install(app, runtime)
-    for blueprint in (http_jobs.bp, observability.bp, openapi.bp, a2a.bp, mcp.bp, ui.bp):
-        app.register_blueprint(blueprint)
-    entrance = Entrance(app.wsgi_app, runtime, runtime.authenticator(), checks, session_paths=ui.owns)
+    # Every protocol module of this package that declares an `ADAPTER` (see adapters/protocol.py).
+    for adapter in protocol.registered():
+        if adapter.install is not None:
+            adapter.install(app, runtime)
+        app.register_blueprint(adapter.blueprint)
+    entrance = Entrance(app.wsgi_app, runtime, runtime.authenticator(), checks,
+                        session_paths=protocol.session_path)
     app.wsgi_app = entrance  # type: ignore[method-assign]
     app.extensions["tasks_backend_entrance"] = entrance
     return app

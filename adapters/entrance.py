@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -41,7 +41,7 @@ from tasks_backend.errors import (
 )
 from tasks_backend.runtime import Runtime
 
-from . import jsonrpc
+from . import jsonrpc, protocol
 from .fast_path import FastRoutes
 from .problems import PROBLEM_JSON, error_parts
 
@@ -49,10 +49,10 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 StartResponse = Callable[..., Any]
 log = logging.getLogger(__name__)
 
-#: Paths anyone may read: probes and the API description.
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"})
-#: JSON-RPC endpoints, whose refusals are JSON-RPC errors in their dialect.
-RPC_PATHS: dict[str, jsonrpc.Dialect] = {"/mcp": "mcp", "/a2a": "a2a"}
+#: Paths anyone may read (probes, the API description, the agent card): each adapter names its own.
+PUBLIC_PATHS: Set[str] = protocol.PublicPaths()
+#: JSON-RPC endpoints, whose refusals are JSON-RPC errors in their protocol's codes.
+RPC_PATHS: Mapping[str, str] = protocol.RpcPaths()
 #: WSGI environ keys this layer fills for the layers behind it.
 PRINCIPAL = "tasks_backend.principal"
 REQUEST_ID = "tasks_backend.request_id"
@@ -108,6 +108,8 @@ class Entrance:
         # Paths whose caller is known by a session cookie, checked behind the door (the web page).
         self.session_paths = session_paths
         self.checks: list[Check] = list(checks)
+        self.public_paths = protocol.public_paths()
+        self.rpc_codes = protocol.rpc_codes()
         self.fast: FastRoutes | None = FastRoutes(runtime)
         settings = runtime.settings
         self.max_body = settings.max_body_bytes
@@ -154,7 +156,7 @@ class Entrance:
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         principal: Principal | None = None
         failure: Unauthenticated | None = None
-        if path not in PUBLIC_PATHS and method != "OPTIONS" and not self.session_paths(path):
+        if path not in self.public_paths and method != "OPTIONS" and not self.session_paths(path):
             try:
                 principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
             except Unauthenticated as exc:
@@ -189,11 +191,11 @@ class Entrance:
 
     def _refuse(self, environ: dict[str, Any], start: StartResponse, exc: Exception) -> list[bytes]:
         status, problem, headers = error_parts(exc)
-        dialect = RPC_PATHS.get(environ.get("PATH_INFO", ""))
-        if dialect is None:
+        codes = self.rpc_codes.get(environ.get("PATH_INFO", ""))
+        if codes is None:
             return _respond(start, status, json.dumps(problem).encode(), [("Content-Type", PROBLEM_JSON), *headers])
         if isinstance(exc, TasksBackendError):
-            body = jsonrpc.error_for(None, exc, dialect)
+            body = jsonrpc.error_for(None, exc, codes)
         else:  # already logged by error_parts; nothing about it reaches the caller
             body = jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "Internal error")
         return _respond(start, status, json.dumps(body).encode(), [("Content-Type", "application/json"), *headers])

@@ -17,8 +17,10 @@ from tasks_backend.service import JobService
 from tasks_backend.views import detailed, handle
 
 from . import body, sse
+from .protocol import Adapter
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1")
+ADAPTER = Adapter("http", bp)
 
 
 def _service() -> JobService:

@@ -1,16 +1,27 @@
 """JSON-RPC 2.0 envelopes, shared by the MCP and A2A adapters.
 
-Errors come from `ERROR_MAP` (the `mcp_code` or `a2a_code` column, by dialect); nothing else picks codes
-for the service's errors. Unknown exceptions become -32603 with a fixed message and are logged.
+The service's errors get the codes of the calling protocol's table (`CODES` here holds what every
+JSON-RPC protocol of ours shares; the MCP and A2A adapters each add their own rows to it). Unknown
+exceptions become -32603 with a fixed message and are logged.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from tasks_backend.errors import TasksBackendError, mapping_for
+from tasks_backend.errors import (
+    BadRequest,
+    IdempotencyConflict,
+    OriginNotAllowed,
+    RateLimited,
+    ServiceUnavailable,
+    TasksBackendError,
+    Unauthenticated,
+    most_specific,
+)
 
 from . import body
 
@@ -22,8 +33,23 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-Dialect = Literal["mcp", "a2a"]
 Id = str | int | None
+Codes = Mapping[type[TasksBackendError], int]
+
+#: The rows every JSON-RPC protocol here shares; a protocol's table adds its own to these.
+CODES: Codes = {
+    TasksBackendError: INTERNAL_ERROR,
+    # A service-level BadRequest is about a call's arguments (cursor, key, filter); a malformed
+    # envelope is answered by this layer itself with -32600.
+    BadRequest: INVALID_PARAMS,
+    IdempotencyConflict: INVALID_PARAMS,
+    Unauthenticated: -32001,
+    # The request as a whole is refused, before any method is looked at.
+    OriginNotAllowed: INVALID_REQUEST,
+    # JSON-RPC has no rate-limit code: -32000 is the first implementation-defined server error.
+    RateLimited: -32000,
+    ServiceUnavailable: INTERNAL_ERROR,
+}
 
 
 @dataclass
@@ -105,14 +131,13 @@ def error(request_id: Id, code: int, message: str, data: Any = None) -> dict[str
     return {"jsonrpc": "2.0", "id": request_id, "error": err}
 
 
-def error_for(request_id: Id, exc: BaseException, dialect: Dialect) -> dict[str, Any]:
-    """The JSON-RPC error for any exception, by the one error table."""
+def error_for(request_id: Id, exc: BaseException, codes: Codes) -> dict[str, Any]:
+    """The JSON-RPC error for any exception, by the calling protocol's code table."""
     if isinstance(exc, RpcError):
         return error(request_id, exc.code, exc.message, exc.data)
     if not isinstance(exc, TasksBackendError):
         log.exception("unhandled error in a JSON-RPC call", exc_info=exc)
         return error(request_id, INTERNAL_ERROR, "Internal error")
-    row = mapping_for(exc)
-    code = row.mcp_code if dialect == "mcp" else row.a2a_code
+    code = most_specific(codes, exc)
     data = dict(exc.extra) if exc.extra else None
-    return error(request_id, code, exc.detail, data)
+    return error(request_id, INTERNAL_ERROR if code is None else code, exc.detail, data)

@@ -29,6 +29,7 @@ from tasks_backend.runtime import Runtime
 from . import jsonrpc, mcp_2025, mcp_2026, problems
 from .mcp_tools import (
     CLIENT_CAPABILITIES_META,
+    CODES,
     HANDSHAKE_VERSIONS,
     HEADER_MISMATCH,
     MODERN_VERSION,
@@ -42,8 +43,10 @@ from .mcp_tools import (
     Stream,
     sse_response,
 )
+from .protocol import Adapter
 
 bp = Blueprint("mcp", __name__)
+ADAPTER = Adapter("mcp", bp, rpc_paths=frozenset({"/mcp"}), codes=CODES)
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 #: Methods whose `Mcp-Name` header must repeat a param, and which param.
@@ -210,12 +213,12 @@ def _client_response(message: dict[str, Any], principal: Principal, runtime: Run
     try:
         mcp_2025.accept_answer(runtime.service, principal, message)
     except TasksBackendError as exc:
-        return Answer(400, jsonrpc.error_for(None, exc, "mcp"))
+        return Answer(400, jsonrpc.error_for(None, exc, CODES))
     return Answer(202)
 
 
 def _error(request_id: jsonrpc.Id, exc: Exception, revision: str | None) -> Answer:
-    body = jsonrpc.error_for(request_id, exc, "mcp")
+    body = jsonrpc.error_for(request_id, exc, CODES)
     answer = Answer(_error_status(body["error"]["code"], exc, revision), body)
     if isinstance(exc, ServiceUnavailable):
         answer.headers["Retry-After"] = str(exc.retry_after_s)

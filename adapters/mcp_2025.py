@@ -31,6 +31,7 @@ from tasks_backend.views import handle
 
 from . import jsonrpc
 from .mcp_tools import (
+    CODES,
     INSTRUCTIONS,
     LEGACY_VERSION,
     RELATED_TASK_META,
@@ -168,7 +169,7 @@ def _result_events(service: JobService, principal: Principal, task_id: str, requ
                 yield sse_event(jsonrpc.success(request_id, final_result(record)))
                 return
     except TasksBackendError as exc:  # expired meanwhile, or Redis went away
-        yield sse_event(jsonrpc.error_for(request_id, exc, "mcp"))
+        yield sse_event(jsonrpc.error_for(request_id, exc, CODES))
         return
     # Still running at the bound: end this stream; the client comes back with the last event id.
     yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)

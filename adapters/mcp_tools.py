@@ -17,11 +17,14 @@ from flask import Response
 from tasks_backend import __version__
 from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
-from tasks_backend.errors import InvalidParams
+from tasks_backend.errors import Conflict, InvalidParams, JobNotFound
 from tasks_backend.runtime import Runtime
 from tasks_backend.service import JobService
 
 from . import jsonrpc, sse
+
+#: MCP's error codes: a missing job and a call the job's state does not allow are bad params to MCP.
+CODES: jsonrpc.Codes = {**jsonrpc.CODES, JobNotFound: jsonrpc.INVALID_PARAMS, Conflict: jsonrpc.INVALID_PARAMS}
 
 MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"

@@ -20,6 +20,8 @@ from tasks_backend.dispatch import CeleryDispatcher
 from tasks_backend.runtime import Runtime
 from tasks_backend.stats import JobStats
 
+from .protocol import Adapter
+
 bp = Blueprint("observability", __name__)
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,9 @@ def install(app: Flask, runtime: Runtime) -> None:
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_JobCollector(runtime))
     app.extensions["tasks_backend_metrics"] = registry
+
+
+ADAPTER = Adapter("observability", bp, public_paths=frozenset({"/healthz", "/readyz"}), install=install)
 
 
 @bp.get("/healthz")

@@ -10,7 +10,10 @@ import tasks_backend
 from tasks_backend.runtime import Runtime
 from tasks_backend.states import WIRE_STATUS
 
+from .protocol import Adapter
+
 bp = Blueprint("openapi", __name__)
+ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
 #: The statuses a handle may show, in the state table's order.
 WIRE_STATUSES = list(dict.fromkeys(WIRE_STATUS.values()))
 

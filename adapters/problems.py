@@ -1,4 +1,8 @@
-"""Errors to `application/problem+json` (RFC 9457), in one place, from `ERROR_MAP`."""
+"""Errors to `application/problem+json` (RFC 9457), in one place: HTTP's status per error class is here.
+
+The problem type is the error's slug under `PROBLEM_TYPE_BASE`, its title the error's title; both are
+the core's, protocol-neutral. The status is HTTP's own, from `HTTP_STATUS`.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,46 @@ from typing import Any
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
-from tasks_backend.errors import PROBLEM_TYPE_BASE, RateLimited, ServiceUnavailable, TasksBackendError, mapping_for
+from tasks_backend.errors import (
+    PROBLEM_TYPE_BASE,
+    BadRequest,
+    Conflict,
+    IdempotencyConflict,
+    InvalidParams,
+    JobNotFound,
+    OriginNotAllowed,
+    PayloadTooLarge,
+    RateLimited,
+    ServiceUnavailable,
+    TasksBackendError,
+    Unauthenticated,
+    most_specific,
+)
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 #: Slug, title and detail of the answer to anything unexpected: nothing about it reaches the caller.
 INTERNAL = ("internal", "Internal error", "An unexpected error occurred.")
+
+#: HTTP status per error class; a subclass not listed answers with its nearest listed ancestor's.
+HTTP_STATUS: dict[type[TasksBackendError], int] = {
+    TasksBackendError: 500,
+    BadRequest: 400,
+    PayloadTooLarge: 413,
+    InvalidParams: 422,
+    Unauthenticated: 401,
+    OriginNotAllowed: 403,
+    JobNotFound: 404,
+    Conflict: 409,
+    IdempotencyConflict: 422,
+    RateLimited: 429,
+    ServiceUnavailable: 503,
+}
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of an error; anything not ours is a 500."""
+    return most_specific(HTTP_STATUS, exc) or 500
 
 
 def problem_body(status: int, slug: str, title: str, detail: str,
@@ -37,16 +75,16 @@ def error_parts(exc: Exception) -> tuple[int, dict[str, Any], list[tuple[str, st
     if not isinstance(exc, TasksBackendError):
         log.error("unhandled error", exc_info=exc)
         return 500, problem_body(500, *INTERNAL), []
-    row = mapping_for(exc)
-    body = problem_body(row.http_status, row.slug, row.title, exc.detail, exc.extra)
+    status = status_for(exc)
+    body = problem_body(status, exc.slug, exc.title, exc.detail, exc.extra)
     headers: list[tuple[str, str]] = []
-    if row.http_status == 401:
+    if status == 401:
         headers.append(("WWW-Authenticate", 'Bearer realm="tasks-backend"'))
     if isinstance(exc, ServiceUnavailable):
         headers.append(("Retry-After", str(exc.retry_after_s)))
     if isinstance(exc, RateLimited):
         headers.extend(exc.headers)
-    return row.http_status, body, headers
+    return status, body, headers
 
 
 def from_error(exc: Exception) -> Response:

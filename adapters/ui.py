@@ -30,6 +30,7 @@ from tasks_backend.states import STATES_FOR_STATUS, WIRE_STATUS
 from . import ui_forms
 from .http_jobs import event_stream
 from .problems import error_parts
+from .protocol import Adapter
 
 PREFIX = "/ui"
 COOKIE = "tb_ui_session"
@@ -48,6 +49,9 @@ bp = Blueprint("ui", __name__, url_prefix=PREFIX, template_folder="templates", s
 def owns(path: str) -> bool:
     """Whether a request path is the page's (authenticated by its session, not a bearer header)."""
     return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+ADAPTER = Adapter("ui", bp, session_paths=owns)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One error hierarchy, mapped once to HTTP status and JSON-RPC codes.
+"""One error hierarchy, with protocol-neutral data only: a stable slug, a title and a message.
 
     TasksBackendError
     ├── BadRequest                 malformed body, unknown field types, bad cursor
@@ -18,19 +18,28 @@
         ├── StoreUnavailable
         └── DispatchUnavailable
 
-Adapters never choose a status or code themselves: they read `ERROR_MAP`. Anything that is not a
-`TasksBackendError` is an internal error (500 / -32603), logged, and never described to the caller.
+Each adapter owns its protocol's codes: one table per adapter from these classes to its codes (HTTP
+status in `adapters.problems`, JSON-RPC codes in the MCP and A2A adapters), read through `most_specific`.
+Anything that is not a `TasksBackendError` is an internal error, logged, and never described to the caller.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class TasksBackendError(Exception):
-    """Root of every error the service raises on purpose."""
+    """Root of every error the service raises on purpose.
+
+    `slug` names the kind of error for every protocol (stable: clients rebuild typed errors from it),
+    `title` is its short human name, `message` the default detail."""
 
     message = "Request failed."
+    slug = "internal"
+    title = "Internal error"
 
     def __init__(self, detail: str | None = None, *, extra: dict[str, Any] | None = None) -> None:
         self.detail = detail or self.message
@@ -40,47 +49,69 @@ class TasksBackendError(Exception):
 
 class BadRequest(TasksBackendError):
     message = "The request is malformed."
+    slug = "bad-request"
+    title = "Bad request"
 
 
 class PayloadTooLarge(BadRequest):
     message = "The request body is too large."
+    slug = "payload-too-large"
+    title = "Payload too large"
 
 
 class InvalidParams(BadRequest):
     message = "The parameters are invalid."
+    slug = "invalid-params"
+    title = "Invalid parameters"
 
 
 class UnknownOperation(InvalidParams):
     message = "No such operation."
+    slug = "unknown-operation"
+    title = "Unknown operation"
 
 
 class Unauthenticated(TasksBackendError):
     message = "A valid bearer token is required."
+    slug = "unauthenticated"
+    title = "Unauthenticated"
 
 
 class OriginNotAllowed(TasksBackendError):
     message = "Requests from this Origin are not allowed."
+    slug = "origin-not-allowed"
+    title = "Origin not allowed"
 
 
 class JobNotFound(TasksBackendError):
     # Deliberately carries no id: another owner's job must read exactly like a missing one.
     message = "No such job."
+    slug = "not-found"
+    title = "Not found"
 
 
 class Conflict(TasksBackendError):
     message = "The job is not in a state that allows this."
+    slug = "conflict"
+    title = "Conflict"
 
 
 class JobNotCancelable(Conflict):
     message = "The job has already finished."
+    slug = "not-cancelable"
+    title = "Job not cancelable"
 
 
 class NotWaitingForInput(Conflict):
     message = "The job is not waiting for input."
+    slug = "not-waiting-for-input"
+    title = "Not waiting for input"
 
 
 class IdempotencyConflict(TasksBackendError):
     message = "This idempotency key was already used with a different request."
+    slug = "idempotency-conflict"
+    title = "Idempotency key reused"
 
 
 class RateLimited(TasksBackendError):
@@ -88,6 +119,8 @@ class RateLimited(TasksBackendError):
     JSON-RPC callers get the retry hint in the error's `data`."""
 
     message = "Too many requests; retry later."
+    slug = "rate-limited"
+    title = "Too many requests"
 
     def __init__(self, detail: str | None = None, *, retry_after_s: int | None = None,
                  headers: list[tuple[str, str]] | None = None, extra: dict[str, Any] | None = None) -> None:
@@ -100,70 +133,57 @@ class RateLimited(TasksBackendError):
 
 class QuotaExceeded(RateLimited):
     message = "A quota of this principal is used up; retry once some of its work has finished."
+    slug = "quota-exceeded"
+    title = "Quota exceeded"
 
 
 class ServiceUnavailable(TasksBackendError):
     message = "The service is temporarily unavailable; retry later."
+    slug = "unavailable"
+    title = "Service unavailable"
     retry_after_s = 2
 
 
 class StoreUnavailable(ServiceUnavailable):
     message = "The job store is unreachable; retry later."
+    slug = "store-unavailable"
+    title = "Job store unavailable"
 
 
 class DispatchUnavailable(ServiceUnavailable):
     message = "The job queue is unreachable; retry later."
+    slug = "queue-unavailable"
+    title = "Job queue unavailable"
 
 
-class ErrorMapping(NamedTuple):
-    http_status: int
-    mcp_code: int
-    a2a_code: int
-    slug: str
-    title: str
-
-
-# JSON-RPC: -32600 invalid request, -32602 invalid params, -32603 internal.
-# A2A: -32001 TaskNotFound, -32002 TaskNotCancelable, -32004 UnsupportedOperation (no input expected).
-ERROR_MAP: dict[type[TasksBackendError], ErrorMapping] = {
-    TasksBackendError: ErrorMapping(500, -32603, -32603, "internal", "Internal error"),
-    # A service-level BadRequest is about a call's arguments (cursor, key, filter); a malformed JSON-RPC
-    # envelope is answered by the JSON-RPC layer itself with -32600.
-    BadRequest: ErrorMapping(400, -32602, -32602, "bad-request", "Bad request"),
-    PayloadTooLarge: ErrorMapping(413, -32602, -32602, "payload-too-large", "Payload too large"),
-    InvalidParams: ErrorMapping(422, -32602, -32602, "invalid-params", "Invalid parameters"),
-    UnknownOperation: ErrorMapping(422, -32602, -32602, "unknown-operation", "Unknown operation"),
-    Unauthenticated: ErrorMapping(401, -32001, -32001, "unauthenticated", "Unauthenticated"),
-    # -32600: the request as a whole is refused, before any method is looked at.
-    OriginNotAllowed: ErrorMapping(403, -32600, -32600, "origin-not-allowed", "Origin not allowed"),
-    JobNotFound: ErrorMapping(404, -32602, -32001, "not-found", "Not found"),
-    Conflict: ErrorMapping(409, -32602, -32002, "conflict", "Conflict"),
-    JobNotCancelable: ErrorMapping(409, -32602, -32002, "not-cancelable", "Job not cancelable"),
-    NotWaitingForInput: ErrorMapping(409, -32602, -32004, "not-waiting-for-input", "Not waiting for input"),
-    IdempotencyConflict: ErrorMapping(422, -32602, -32602, "idempotency-conflict", "Idempotency key reused"),
-    # JSON-RPC has no rate-limit code: -32000 is the first implementation-defined server error.
-    RateLimited: ErrorMapping(429, -32000, -32000, "rate-limited", "Too many requests"),
-    QuotaExceeded: ErrorMapping(429, -32000, -32000, "quota-exceeded", "Quota exceeded"),
-    ServiceUnavailable: ErrorMapping(503, -32603, -32603, "unavailable", "Service unavailable"),
-    StoreUnavailable: ErrorMapping(503, -32603, -32603, "store-unavailable", "Job store unavailable"),
-    DispatchUnavailable: ErrorMapping(503, -32603, -32603, "queue-unavailable", "Job queue unavailable"),
-}
-
+#: Error kinds are named by URIs under this base (RFC 9457 problem types over HTTP; clients read them back).
 PROBLEM_TYPE_BASE = "https://tasks-backend.dev/problems/"
 
 
-def mapping_for(exc: BaseException) -> ErrorMapping:
-    """The most specific row for an exception; unknown exceptions map to the internal error row."""
+def most_specific(table: Mapping[type[TasksBackendError], T], exc: BaseException) -> T | None:
+    """The row of an adapter's table for the most specific class of `exc`; None when none matches."""
     for cls in type(exc).__mro__:
-        row = ERROR_MAP.get(cls)  # type: ignore[call-overload]
+        row = table.get(cls)  # type: ignore[call-overload]
         if row is not None:
-            return row
-    return ERROR_MAP[TasksBackendError]
+            return row  # type: ignore[no-any-return]
+    return None
+
+
+def error_classes() -> list[type[TasksBackendError]]:
+    """Every error class, root first: what each adapter's table must cover."""
+    found: list[type[TasksBackendError]] = []
+    pending: list[type[TasksBackendError]] = [TasksBackendError]
+    while pending:
+        cls = pending.pop(0)
+        if cls.__module__ == __name__:
+            found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
 
 
 def error_for_slug(slug: str) -> type[TasksBackendError]:
-    """The error class behind a problem type slug (used by clients to rebuild typed errors)."""
-    for cls, row in ERROR_MAP.items():
-        if row.slug == slug:
+    """The error class behind a slug (used by clients to rebuild typed errors)."""
+    for cls in error_classes():
+        if cls.__dict__.get("slug") == slug:
             return cls
     return TasksBackendError

@@ -1,0 +1,99 @@
+"""How a protocol plugs in: a module of this package that defines `ADAPTER` is served by the app.
+
+The app factory and the entrance find every adapter here (`registered()`), so a new protocol is a new
+module with an `ADAPTER` in it and touches nothing else: its blueprint is registered, its JSON-RPC
+endpoint's refusals are answered in its codes, its public paths skip authentication.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping, Set
+from dataclasses import dataclass, field
+
+from flask import Blueprint, Flask
+
+from tasks_backend.errors import TasksBackendError
+from tasks_backend.runtime import Runtime
+
+#: An adapter's table from error class to its protocol's code (read with `errors.most_specific`).
+Codes = Mapping[type[TasksBackendError], int]
+
+
+@dataclass(frozen=True)
+class Adapter:
+    name: str
+    blueprint: Blueprint
+    #: JSON-RPC endpoints of the protocol: refusals at the door are JSON-RPC errors in `codes`.
+    rpc_paths: frozenset[str] = frozenset()
+    codes: Codes = field(default_factory=dict)
+    #: Paths anyone may read (probes, descriptions, cards).
+    public_paths: frozenset[str] = frozenset()
+    #: Paths whose caller is known by a session the adapter checks itself (the web page).
+    session_paths: Callable[[str], bool] | None = None
+    #: Anything else the adapter sets up on the app (hooks, metrics).
+    install: Callable[[Flask, Runtime], None] | None = None
+
+
+@functools.cache
+def registered() -> tuple[Adapter, ...]:
+    """Every adapter of this package, by module name (found once per process, when first asked)."""
+    found: list[Adapter] = []
+    for info in sorted(pkgutil.iter_modules(_package_path()), key=lambda i: i.name):
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        adapter = getattr(module, "ADAPTER", None)
+        if isinstance(adapter, Adapter):
+            found.append(adapter)
+    return tuple(found)
+
+
+def _package_path() -> list[str]:
+    package = importlib.import_module(__package__ or "adapters")
+    return list(package.__path__)
+
+
+@functools.cache
+def public_paths() -> frozenset[str]:
+    return frozenset().union(*(a.public_paths for a in registered()))
+
+
+@functools.cache
+def rpc_codes() -> dict[str, Codes]:
+    """JSON-RPC endpoint -> the code table of its protocol."""
+    return {path: a.codes for a in registered() for path in sorted(a.rpc_paths)}
+
+
+def session_path(path: str) -> bool:
+    """Whether an adapter knows the caller of `path` by its own session (not a bearer header)."""
+    return any(a.session_paths is not None and a.session_paths(path) for a in registered())
+
+
+class PublicPaths(Set[str]):
+    """`public_paths()` as a set that is read when first used, not when this module is imported."""
+
+    def __contains__(self, path: object) -> bool:
+        return path in public_paths()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(public_paths())
+
+    def __len__(self) -> int:
+        return len(public_paths())
+
+
+class RpcPaths(Mapping[str, str]):
+    """JSON-RPC endpoint -> the name of its protocol, read when first used."""
+
+    def _paths(self) -> dict[str, str]:
+        return {path: a.name for a in registered() for path in sorted(a.rpc_paths)}
+
+    def __getitem__(self, path: str) -> str:
+        return self._paths()[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths())
+
+    def __len__(self) -> int:
+        return len(self._paths())
