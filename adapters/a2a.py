@@ -407,11 +407,10 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
                 and (context_id is None or contexts[r.id] == context_id)]
 
     where = keep if (wanted, context_id, after_ms) != (None, None, None) else None
-    records, next_cursor = call.service.list(call.principal, limit=page_size, cursor=cursor, where=where)
-    # [proto] ListTasksResponse: totalSize is REQUIRED, the count before pagination. A first page that
-    # is also the last holds them all, which needs no count.
-    first_and_last = cursor is None and next_cursor is None
-    total = len(records) if first_and_last else call.service.count(call.principal, where=where)
+    # [spec] §3.1.4 Ordering: "sorted by their status timestamp time in descending order (most recently
+    # updated tasks first)". [proto] ListTasksResponse.total_size counts what the filters keep.
+    records, next_cursor, total = call.service.list_recent(call.principal, limit=page_size, cursor=cursor,
+                                                           where=where)
     contexts = call.push.contexts([r.id for r in records])
     artifacts = params.get("includeArtifacts") is True
     tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records]

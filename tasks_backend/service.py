@@ -73,6 +73,26 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         raise BadRequest("The cursor is not valid.") from exc
 
 
+def _recency(record: JobRecord) -> tuple[int, int, str]:
+    """Sort key: the latest change first, then the newest job, then by id."""
+    return -record.updated_ms, -record.created_ms, record.id
+
+
+def _encode_recent(key: tuple[int, int, str]) -> str:
+    return base64.urlsafe_b64encode(f"r:{-key[0]}:{-key[1]}:{key[2]}".encode()).decode().rstrip("=")
+
+
+def _decode_recent(cursor: str) -> tuple[int, int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, updated, created, job_id = raw.split(":")
+        if tag != "r" or not _valid_id(job_id):
+            raise ValueError(job_id)
+        return -int(updated), -int(created), job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not valid.") from exc
+
+
 def normalize_answer(value: Any) -> dict[str, Any]:
     """An input response as an elicitation result: `{"action": ..., "content": {...}}`.
 
@@ -250,6 +270,31 @@ class JobService:
             total += len(self._live(principal.name, page, where))
             position = (page[-1][1], page[-1][0])
         return total
+
+    def list_recent(self, who: Principal | str, *, limit: int = 50, cursor: str | None = None,
+                    where: Selector | None = None) -> tuple[list[JobRecord], str | None, int]:
+        """The caller's jobs that `where` keeps, most recently changed first: (page, next cursor, total).
+
+        For protocols that order by last change rather than by creation (A2A's ListTasks). The owner
+        index is ordered by creation, so this reads all of the owner's jobs, O(n) like a filtered
+        `count`, and the total comes from the same pass. Ties are broken by creation (newer first),
+        then id, so that a page never swaps two jobs with its neighbour. A job that changes between
+        two pages moves ahead of the cursor: it is not listed twice.
+        """
+        principal = as_principal(who)
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        after = _decode_recent(cursor) if cursor else None
+        kept: list[JobRecord] = []
+        position = None
+        while page := self.store.owner_page(principal.name, position, 200):
+            kept.extend(record for _, record in self._live(principal.name, page, where))
+            position = (page[-1][1], page[-1][0])
+        kept.sort(key=_recency)
+        rest = [r for r in kept if after is None or _recency(r) > after]
+        out = rest[:limit]
+        next_cursor = _encode_recent(_recency(out[-1])) if len(rest) > limit else None
+        return out, next_cursor, len(kept)
 
     def _live(self, owner: str, page: Sequence[tuple[str, float]],
               where: Selector | None) -> Sequence[tuple[float, JobRecord]]:

@@ -58,6 +58,25 @@ def test_list_tasks_gives_the_total_and_an_empty_token_on_the_last_page(http: ht
     assert len(whole["tasks"]) == 4 and whole["nextPageToken"] == ""
 
 
+def test_list_tasks_puts_the_most_recently_updated_first(http: httpx.Client, users: Any) -> None:
+    # [spec] §3.1.4 ListTasks, Ordering: "Implementations MUST return tasks sorted by their status
+    # timestamp time in descending order (most recently updated tasks first)": not by creation.
+    _, token = users.new()
+    sent = rpc(http, "SendMessage", {"message": message({"data": {"operation": "test.ask_pair"}})}, token=token)
+    waiting = sent.json()["result"]["task"]
+    assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", waiting
+    later = [noop(http, token)["id"] for _ in range(2)]
+    cancelled = rpc(http, "CancelTask", {"id": waiting["id"]}, token=token).json()["result"]
+    assert cancelled["status"]["state"] == "TASK_STATE_CANCELED"
+    first = listed(http, token, pageSize=2)
+    rest = listed(http, token, pageSize=2, pageToken=first["nextPageToken"])
+    tasks = first["tasks"] + rest["tasks"]
+    assert [t["id"] for t in tasks] == [waiting["id"], *later[::-1]]
+    stamps = [t["status"]["timestamp"] for t in tasks]
+    assert stamps == sorted(stamps, reverse=True)
+    assert first["totalSize"] == rest["totalSize"] == 3 and rest["nextPageToken"] == ""
+
+
 def test_the_answers_page_size_is_the_number_of_tasks_it_holds(http: httpx.Client, users: Any) -> None:
     # [proto] ListTasksResponse.page_size: "The page size used for this response"; the default is 50.
     _, token = users.new()
