@@ -272,7 +272,7 @@ class JobService:
         return total
 
     def list_recent(self, who: Principal | str, *, limit: int = 50, cursor: str | None = None,
-                    where: Selector | None = None) -> tuple[list[JobRecord], str | None, int]:
+                    where: Selector | None = None) -> tuple[Sequence[JobRecord], str | None, int]:
         """The caller's jobs that `where` keeps, most recently changed first: (page, next cursor, total).
 
         For protocols that order by last change rather than by creation (A2A's ListTasks). The owner
