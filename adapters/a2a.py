@@ -21,13 +21,14 @@ from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import Conflict, InvalidParams, JobNotFound, NotWaitingForInput
 from tasks_backend.limits import Held, StreamSlot
-from tasks_backend.push import PushStore, normalize_config, resolve_target
+from tasks_backend.push import PushStore, resolve_target
 from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
 from tasks_backend.states import A2A_STATE
 
 from . import a2a_wire as wire
 from . import jsonrpc, sse
+from .a2a_push import FORMAT, Contexts, PushFormat, normalize_config
 from .jsonrpc import RpcError
 from .protocol import Adapter
 
@@ -57,7 +58,7 @@ _ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 CODES: jsonrpc.Codes = {**jsonrpc.CODES, JobNotFound: TASK_NOT_FOUND, Conflict: TASK_NOT_CANCELABLE,
                         NotWaitingForInput: UNSUPPORTED_OPERATION}
 ADAPTER = Adapter("a2a", bp, rpc_paths=frozenset({RPC_PATH}), codes=CODES,
-                  public_paths=frozenset({AGENT_CARD_PATH}))
+                  public_paths=frozenset({AGENT_CARD_PATH}), push_format=PushFormat())
 _STATE_BY_NAME = {name: state for state, name in A2A_STATE.items()}
 MAX_PAGE_SIZE = 100
 MAX_CONTEXT_ID = 256
@@ -73,6 +74,7 @@ class Call:
     service: JobService
     push: PushStore
     runtime: Runtime
+    contexts: Contexts
 
 
 # -- agent card ----------------------------------------------------------------------------
@@ -127,7 +129,7 @@ def rpc() -> Response:
         if method is None:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {req.method}")
         runtime: Runtime = current_app.extensions["tasks_backend"]
-        call = Call(g.principal, runtime.service, PushStore(runtime.store), runtime)
+        call = Call(g.principal, runtime.service, PushStore(runtime.store), runtime, Contexts(runtime.store))
         result = method(call, req.params, request_id)
     except Exception as exc:
         if isinstance(exc, RpcError) and exc.request_id is not None:
@@ -216,7 +218,7 @@ def _timestamp_ms(params: dict[str, Any], name: str) -> int | None:
 
 
 def _context(call: Call, record: JobRecord) -> str:
-    return call.push.contexts([record.id])[record.id]
+    return call.contexts.of([record.id])[record.id]
 
 
 def _task_id(params: dict[str, Any], name: str = "id") -> str:
@@ -261,7 +263,7 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
         record = call.service.provide_input(call.principal, task_id, responses)
         if push_config is not None:
             call.push.put(record, normalize_config(push_config, record.id), after=after,
-                          now_ms=record.updated_ms)
+                          now_ms=record.updated_ms, format=FORMAT)
         return record, context
 
     _require_data(data)
@@ -279,9 +281,10 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
     record, _ = call.service.submit(call.principal, order["operation"], order.get("params"),
                                     idempotency_key=key)
     if context_id is not None:
-        call.push.set_context(record, context_id)
+        call.contexts.set(record, context_id)
     if push_config is not None:
-        call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms)
+        call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms,
+                      format=FORMAT)
     return record, context_id or _context(call, record)
 
 
@@ -401,7 +404,7 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
     cursor = _text(params, "pageToken", limit=1024)
 
     def keep(records: list[JobRecord]) -> list[JobRecord]:
-        contexts = call.push.contexts([r.id for r in records]) if context_id is not None else {}
+        contexts = call.contexts.of([r.id for r in records]) if context_id is not None else {}
         return [r for r in records if (wanted is None or r.state is wanted)
                 and (after_ms is None or r.updated_ms >= after_ms)
                 and (context_id is None or contexts[r.id] == context_id)]
@@ -411,7 +414,7 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
     # updated tasks first)". [proto] ListTasksResponse.total_size counts what the filters keep.
     records, next_cursor, total = call.service.list_recent(call.principal, limit=page_size, cursor=cursor,
                                                            where=where)
-    contexts = call.push.contexts([r.id for r in records])
+    contexts = call.contexts.of([r.id for r in records])
     artifacts = params.get("includeArtifacts") is True
     tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records]
     return {"tasks": tasks, "nextPageToken": next_cursor or "", "pageSize": len(tasks), "totalSize": total}
@@ -422,7 +425,8 @@ def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> d
     record = call.service.get(call.principal, _task_id(params, "taskId"))
     config = normalize_config(params, record.id)
     resolve_target(config["url"], call.runtime.settings.push_allow_private)
-    return call.push.put(record, config, after=call.push.last_event_id(record.id), now_ms=record.updated_ms)
+    return call.push.put(record, config, after=call.push.last_event_id(record.id), now_ms=record.updated_ms,
+                         format=FORMAT)
 
 
 def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:

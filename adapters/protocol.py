@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from flask import Blueprint, Flask
 
 from tasks_backend.errors import TasksBackendError
+from tasks_backend.push import PushFormat
 from tasks_backend.runtime import Runtime
 
 #: An adapter's table from error class to its protocol's code (read with `errors.most_specific`).
@@ -35,6 +36,8 @@ class Adapter:
     session_paths: Callable[[str], bool] | None = None
     #: Anything else the adapter sets up on the app (hooks, metrics).
     install: Callable[[Flask, Runtime], None] | None = None
+    #: How the workers post this protocol's push subscriptions (stored under the adapter's name).
+    push_format: PushFormat | None = None
 
 
 @functools.cache
@@ -52,6 +55,11 @@ def registered() -> tuple[Adapter, ...]:
 def _package_path() -> list[str]:
     package = importlib.import_module(__package__ or "adapters")
     return list(package.__path__)
+
+
+def push_formats() -> dict[str, PushFormat]:
+    """Adapter name -> the format its push subscriptions are posted in (for the workers' delivery loop)."""
+    return {a.name: a.push_format for a in registered() if a.push_format is not None}
 
 
 @functools.cache

@@ -55,7 +55,7 @@ class Settings:
     task_events: bool = False
     celery_overrides: dict[str, Any] = field(default_factory=dict)
 
-    #: Let A2A push notifications target loopback, link-local and private addresses (dev and tests only).
+    #: Let push subscriptions target loopback, link-local and private addresses (dev and tests only).
     push_allow_private: bool = False
     push_max_attempts: int = 8
     push_timeout_s: float = 5.0

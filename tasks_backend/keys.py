@@ -33,20 +33,20 @@ class Keys:
         return f"{self.prefix}:{{{job_id}}}:answers"
 
     def push_configs(self, job_id: str) -> str:
-        """A2A push-notification configs of one job (hash: config id -> JSON)."""
+        """Push subscriptions of one job (hash: subscription id -> JSON, in the shape of the adapter that made it)."""
         return f"{self.prefix}:{{{job_id}}}:push"
 
     def push_cursors(self, job_id: str) -> str:
-        """Per config, the last event delivered and the retry state (hash: config id -> JSON)."""
+        """Per subscription, the last event delivered and the retry state (hash: subscription id -> JSON)."""
         return f"{self.prefix}:{{{job_id}}}:pushpos"
 
     def push_lock(self, job_id: str) -> str:
         """Held by the one worker delivering a job's notifications (a random token, short TTL)."""
         return f"{self.prefix}:{{{job_id}}}:pushlock"
 
-    def a2a_context(self, job_id: str) -> str:
-        """The A2A contextId a client chose for the job (absent: the job id is its context)."""
-        return f"{self.prefix}:{{{job_id}}}:a2actx"
+    def job_meta(self, job_id: str) -> str:
+        """Opaque strings adapters keep beside the job (hash: adapter-prefixed name -> value; `job_meta`)."""
+        return f"{self.prefix}:{{{job_id}}}:meta"
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
@@ -91,7 +91,7 @@ class Keys:
         return f"{self.prefix}:sweep"
 
     def push_due(self) -> str:
-        """Jobs with push configs whose feed a worker must look at, scored by when (ms)."""
+        """Jobs with push subscriptions whose feed a worker must look at, scored by when (ms)."""
         return f"{self.prefix}:push:due"
 
     def queue_pushes(self, queue: str) -> str:

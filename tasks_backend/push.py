@@ -1,17 +1,23 @@
-"""A2A push notifications in Redis: configs, delivery cursors, the due set, and a client's contextId.
+"""Push subscriptions in Redis: webhooks that receive each change of a job, in order, at least once.
 
-Jobs without configs cost nothing: only a job that has a config is put on the `push_due` set, and
-only the workers' delivery loop (`workers.push`) reads that set. Every key written here expires with
-its job (`createdAt + ttlMs`); the due set is an index kept at the TTL ceiling like the sweeper's.
-What a config may hold, the target guard and the POST itself are in `webhook`.
+A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`; the
+core stores it as given, tracks a delivery cursor per subscription, and has the workers' delivery loop
+POST to its `url` what the adapter's `PushFormat` makes of each change. The format is named when the
+subscription is stored, so each protocol's subscribers get that protocol's bodies and headers.
+
+Jobs without subscriptions cost nothing: only a job that has one is put on the `push_due` set, and
+only the workers' delivery loop reads that set. Every key written here expires with its job
+(`createdAt + ttlMs`); the due set is an index kept at the TTL ceiling like the sweeper's. The target
+guard and the POST itself are in `webhook`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -19,12 +25,31 @@ from .domain import JobRecord, JobState
 from .errors import InvalidParams
 from .store import Event, RedisStore, redis_errors
 from .webhook import TargetRefused as TargetRefused
-from .webhook import normalize_config as normalize_config
 from .webhook import post_event as post_event
 from .webhook import resolve_target as resolve_target
 
-#: Configs one job may hold; each one is a webhook POST per event.
+#: Subscriptions one job may hold; each one is a webhook POST per event.
 MAX_CONFIGS_PER_JOB = 10
+
+
+class PushFormat(Protocol):
+    """What an adapter's subscribers receive: the adapter that stores a subscription names its format."""
+
+    def bodies(self, record: JobRecord, meta: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The JSON bodies to POST for the job as `record` shows it (`meta`: the job's `JobMeta`)."""
+        ...
+
+    def headers(self, subscription: Mapping[str, Any]) -> dict[str, str]:
+        """Headers of each POST to this subscriber (its credentials, in the protocol's way)."""
+        ...
+
+
+def _decode(raw: str) -> tuple[str, dict[str, Any]]:
+    """(format name, subscription) of a stored value; "" for one stored without a format name."""
+    value = json.loads(raw)
+    if isinstance(value, dict) and set(value) == {"format", "subscription"}:
+        return str(value["format"]), dict(value["subscription"])
+    return "", value if isinstance(value, dict) else {}
 #: Feed entries read per job and pass; a longer backlog is read on the next pass, at once.
 FEED_BATCH = 100
 
@@ -128,9 +153,12 @@ class Pending:
     configs: dict[str, dict[str, Any]]
     cursors: dict[str, str]
     ready: frozenset[str]
-    context: str
+    #: The job's adapter metadata (`JobMeta`), for the formats.
+    meta: dict[str, str]
     events: list[Event]
     feed_exists: bool
+    #: Each subscription's format name ("" when it was stored without one).
+    formats: dict[str, str]
 
     def cursor(self, config_id: str) -> Cursor:
         raw = self.cursors.get(config_id)
@@ -143,7 +171,7 @@ def _event(entry_id: str, f: dict[str, str]) -> Event:
 
 
 class PushStore:
-    """The A2A-only data kept beside a job: push configs, their delivery cursors, a client's contextId."""
+    """A job's push subscriptions, their delivery cursors, and the due set the delivery loop reads."""
 
     def __init__(self, store: RedisStore) -> None:
         self.store = store
@@ -154,13 +182,16 @@ class PushStore:
         self._release = self.redis.register_script(_RELEASE)
         self._finish = self.redis.register_script(_FINISH)
 
-    # -- configs (web side) -------------------------------------------------------------
-    def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0) -> dict[str, Any]:
-        """Store (or replace) a config; delivery starts with the first event after `after`.
+    # -- subscriptions (web side) -------------------------------------------------------
+    def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0,
+            format: str | None = None) -> dict[str, Any]:
+        """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
+        after `after`.
 
-        A config put on a finished job has nothing ahead of it. The job is due at once (score 0, not
-        this host's clock, which the workers may not share); `now_ms` is accepted for older callers.
+        A subscription put on a finished job has nothing ahead of it. The job is due at once (score 0,
+        not this host's clock, which the workers may not share); `now_ms` is accepted for older callers.
         """
+        stored = json.dumps(config if format is None else {"format": format, "subscription": config})
         configs_key, cursors_key = self.keys.push_configs(record.id), self.keys.push_cursors(record.id)
         cursor = Cursor(after=after, done=record.terminal, tag=uuid.uuid4().hex[:12])
         with redis_errors():
@@ -168,7 +199,7 @@ class PushStore:
             if config["id"] not in existing and len(existing) >= MAX_CONFIGS_PER_JOB:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
             pipe = self.redis.pipeline(transaction=True)
-            pipe.hset(configs_key, config["id"], json.dumps(config))
+            pipe.hset(configs_key, config["id"], stored)
             pipe.hset(cursors_key, config["id"], cursor.to_json())
             pipe.pexpireat(configs_key, record.expires_ms)
             pipe.pexpireat(cursors_key, record.expires_ms)
@@ -180,12 +211,12 @@ class PushStore:
     def get(self, job_id: str, config_id: str) -> dict[str, Any] | None:
         with redis_errors():
             raw = self.redis.hget(self.keys.push_configs(job_id), config_id)
-        return json.loads(raw) if isinstance(raw, str) else None
+        return _decode(raw)[1] if isinstance(raw, str) else None
 
     def configs(self, job_id: str) -> list[dict[str, Any]]:
         with redis_errors():
             raw = self.redis.hgetall(self.keys.push_configs(job_id))
-        return [json.loads(v) for _, v in sorted(raw.items())]
+        return [_decode(v)[1] for _, v in sorted(raw.items())]
 
     def delete(self, job_id: str, config_id: str) -> bool:
         with redis_errors():
@@ -200,22 +231,6 @@ class PushStore:
         with redis_errors():
             rows = self.redis.xrevrange(self.keys.events(job_id), count=1)
         return str(rows[0][0]) if rows else "0-0"
-
-    # -- contextId --------------------------------------------------------------------
-    def set_context(self, record: JobRecord, context_id: str) -> None:
-        with redis_errors():
-            self.redis.set(self.keys.a2a_context(record.id), context_id, pxat=record.expires_ms)
-
-    def contexts(self, job_ids: list[str]) -> dict[str, str]:
-        """Each job's contextId: the one its client chose, else the job id itself."""
-        if not job_ids:
-            return {}
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in job_ids:
-                pipe.get(self.keys.a2a_context(job_id))
-            values = pipe.execute()
-        return {j: v if isinstance(v, str) and v else j for j, v in zip(job_ids, values, strict=True)}
 
     # -- delivery (worker side) ---------------------------------------------------------
     def due(self, limit: int) -> tuple[int, list[str]]:
@@ -271,12 +286,14 @@ class PushStore:
             pipe.hgetall(k.push_configs(job_id))
             pipe.hgetall(k.push_cursors(job_id))
             raw_configs, cursors = pipe.execute()
-            configs = {str(i): json.loads(v) for i, v in raw_configs.items()}
+            decoded = {str(i): _decode(v) for i, v in raw_configs.items()}
+            configs = {i: subscription for i, (_, subscription) in decoded.items()}
+            formats = {i: name for i, (name, _) in decoded.items()}
             open_cursors = {i: Cursor.from_json(cursors[i]) if i in cursors else Cursor() for i in configs}
             open_cursors = {i: c for i, c in open_cursors.items() if not c.done}
             ready = frozenset(i for i, c in open_cursors.items() if c.retry_at_ms <= now_ms)
             if not open_cursors:
-                return Pending(job_id, None, configs, cursors, ready, job_id, [], False)
+                return Pending(job_id, None, configs, cursors, ready, {}, [], False, formats)
             pipe = self.redis.pipeline(transaction=True)
             if ready:
                 # Configs waiting for a retry are left out: read from where they stand, the batch
@@ -285,14 +302,14 @@ class PushStore:
                            count=FEED_BATCH)
             pipe.exists(k.events(job_id))
             pipe.hgetall(k.job(job_id))
-            pipe.get(k.a2a_context(job_id))
+            pipe.hgetall(k.job_meta(job_id))
             replies = pipe.execute()
         feed = replies.pop(0) if ready else None
-        exists, raw_job, context = replies
+        exists, raw_job, meta = replies
         entries = [e for _stream, rows in feed or [] for e in rows]
         record = JobRecord.from_hash(job_id, raw_job) if raw_job else None
-        return Pending(job_id, record, configs, cursors, ready, context or job_id,
-                       [_event(i, f) for i, f in entries], bool(exists))
+        return Pending(job_id, record, configs, cursors, ready, {str(n): str(v) for n, v in meta.items()},
+                       [_event(i, f) for i, f in entries], bool(exists), formats)
 
     def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None) -> None:
         """Save a pass's cursors, set when the job is next due (None: done with it), release the lock.

@@ -1,4 +1,4 @@
-"""Webhooks: what a push config may hold, which targets are allowed, and one POST with a deadline.
+"""Webhooks: which targets are allowed, and one POST with a deadline.
 
 The guard refuses targets that resolve to loopback, link-local, private or otherwise non-global
 addresses (also when written as an IPv6 address that embeds or translates one) unless
@@ -12,73 +12,23 @@ from __future__ import annotations
 import http.client
 import ipaddress
 import json
-import re
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InvalidParams
 
-MAX_URL_LENGTH = 2048
-MAX_SECRET_LENGTH = 4096
 #: Bytes of a receiver's answer that are read (and thrown away) before the connection is closed.
 MAX_ANSWER_BYTES = 64 * 1024
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_URL_CHARS = re.compile(r"[\x21-\x7e]+")
 
 
 class TargetRefused(InvalidParams):
     message = "The push notification URL is not allowed."
-
-
-# -- configs -----------------------------------------------------------------------------------
-def _config_text(config: dict[str, Any], name: str, limit: int = MAX_SECRET_LENGTH, *,
-                 header: bool = False) -> str | None:
-    """A single-line string field; `header`: it is sent in an HTTP header, so latin-1 only."""
-    value = config.get(name)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str) or len(value) > limit or _CONTROL.search(value):
-        raise InvalidParams(f"`{name}` must be a single-line string of at most {limit} characters.")
-    try:
-        value.encode("latin-1" if header else "utf-8")
-    except UnicodeEncodeError:
-        what = "Latin-1 characters (it is sent in an HTTP header)" if header else "valid Unicode"
-        raise InvalidParams(f"`{name}` must contain only {what}.") from None
-    return value
-
-
-def normalize_config(config: Any, job_id: str) -> dict[str, Any]:
-    """A TaskPushNotificationConfig as stored: `id`, `taskId`, `url`, optional `token`, `authentication`.
-
-    Whatever can never be sent is refused here, not found out at delivery time: a URL that is not
-    plain ASCII without spaces, and header values outside Latin-1.
-    """
-    if not isinstance(config, dict):
-        raise InvalidParams("A push notification config must be a JSON object.")
-    url = _config_text(config, "url", MAX_URL_LENGTH)
-    if url is None:
-        raise InvalidParams("A push notification config needs a `url`.")
-    if not _URL_CHARS.fullmatch(url):
-        raise InvalidParams("The push notification `url` must be ASCII without spaces; percent-encode the rest.")
-    out: dict[str, Any] = {"id": _config_text(config, "id", 256) or job_id, "taskId": job_id, "url": url}
-    token = _config_text(config, "token", header=True)
-    if token is not None:
-        out["token"] = token
-    auth = config.get("authentication")
-    if auth is not None:
-        if not isinstance(auth, dict):
-            raise InvalidParams("`authentication` must be an object with `scheme` and `credentials`.")
-        scheme = _config_text(auth, "scheme", 64, header=True)
-        if scheme is None or not scheme.replace("-", "").isalnum() or not scheme.isascii():
-            raise InvalidParams("`authentication.scheme` must name an HTTP auth scheme, such as Bearer.")
-        out["authentication"] = {"scheme": scheme,
-                                 "credentials": _config_text(auth, "credentials", header=True) or ""}
-    return out
 
 
 # -- the guard ---------------------------------------------------------------------------------
@@ -195,8 +145,9 @@ class _Deadline:
             self._timer.cancel()
 
 
-def post_event(config: dict[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float) -> int:
-    """POST one StreamResponse to a config's URL; returns the HTTP status.
+def post_event(config: Mapping[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float,
+               headers: Mapping[str, str] | None = None) -> int:
+    """POST one body as JSON to a subscription's `url`, with the subscriber's `headers`; returns the HTTP status.
 
     The whole exchange (connect, send, status line, headers and body) ends within `timeout_s`, or
     raises `TimeoutError`. Redirects are not followed: a 3xx is a failed delivery, never a second
@@ -208,12 +159,8 @@ def post_event(config: dict[str, Any], body: dict[str, Any], *, allow_private: b
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     # `Connection: close`: the answer ends when the receiver closes, so reading it cannot wait on keep-alive.
-    headers = {"Content-Type": "application/json", "User-Agent": "tasks-backend-push", "Connection": "close"}
-    auth = config.get("authentication")
-    if auth:
-        headers["Authorization"] = f"{auth['scheme']} {auth.get('credentials', '')}".strip()
-    if config.get("token"):
-        headers["X-A2A-Notification-Token"] = config["token"]
+    sent = {"Content-Type": "application/json", "User-Agent": "tasks-backend-push", "Connection": "close",
+            **(headers or {})}
     conn: http.client.HTTPConnection
     if scheme == "https":
         conn = http.client.HTTPSConnection(host, port, timeout=timeout_s)
@@ -229,7 +176,7 @@ def post_event(config: dict[str, Any], body: dict[str, Any], *, allow_private: b
     conn._create_connection = pinned  # type: ignore[attr-defined]
     try:
         with deadline:
-            conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+            conn.request("POST", path, body=json.dumps(body).encode(), headers=sent)
             response = conn.getresponse()
             response.read(MAX_ANSWER_BYTES)
             return response.status

@@ -1,9 +1,10 @@
-"""A2A push-notification delivery, run by worker processes (never by a web request).
+"""Push delivery, run by worker processes (never by a web request), in each subscription's format.
 
 A loop in each worker process takes due jobs from the push due set and locks each one (so two workers
 never post the same job's events); it reads the job's feed after each config's cursor and hands each
-config to a small thread pool (`push_concurrency`), which POSTs one StreamResponse per change, in
-order, each POST within a total deadline. A slow or broken receiver holds one pool thread for at most
+config to a small thread pool (`push_concurrency`), which POSTs what the subscription's format (the
+adapter that stored it: an A2A config gets StreamResponses) makes of each change, in order, each POST
+within a total deadline. A slow or broken receiver holds one pool thread for at most
 that deadline per pass and delays no other config. The last config of a job to finish saves the
 cursors, sets when the job is next due and releases the lock, all in one script.
 
@@ -22,17 +23,18 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Celery, bootsteps
 
-from adapters import a2a_wire as wire
+from adapters import protocol
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.keys import Keys
-from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushStore, event_key
+from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
 from tasks_backend.store import Event, RedisStore, connect
 from tasks_backend.webhook import post_event
 
@@ -131,8 +133,11 @@ class _JobPass:
 
 
 class PushDeliverer:
-    def __init__(self, store: RedisStore, settings: Settings, batch: int = 100) -> None:
+    def __init__(self, store: RedisStore, settings: Settings, batch: int = 100,
+                 formats: Mapping[str, PushFormat] | None = None) -> None:
         self.store = store
+        #: Format name -> format; every adapter's, unless given.
+        self.formats = dict(protocol.push_formats() if formats is None else formats)
         self.push = PushStore(store)
         self.settings = settings
         self.batch = batch
@@ -241,12 +246,14 @@ class PushDeliverer:
             # The feed expired before this config caught up: what it missed of the way is given up,
             # the final state is rebuilt from the record.
             items = [(cursor.after, record)]
+        fmt = self._format(pending.formats.get(str(config.get("id")), ""))
+        headers = fmt.headers(config)
         posted = 0
         for after, view in items:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
-            for body in wire.updates(view, pending.context):
-                if not self._post(pending.job_id, config, body):
+            for body in fmt.bodies(view, pending.meta):
+                if not self._post(pending.job_id, config, body, headers):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
             cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
@@ -271,11 +278,24 @@ class PushDeliverer:
         return dataclasses.replace(record, state=event.state, updated_ms=event.updated_ms,
                                    status_message=event.message, progress=event.progress, total=event.total)
 
-    def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any]) -> bool:
+    def _format(self, name: str) -> PushFormat:
+        """The format of a subscription; one stored without a name (before formats were named) is
+        posted in the only format there is. An unknown name fails the attempt, like a failed POST."""
+        fmt = self.formats.get(name)
+        if fmt is None and not name and len(self.formats) == 1:
+            fmt = next(iter(self.formats.values()))
+        if fmt is None:
+            raise LookupError(f"no push format {name!r}")
+        return fmt
+
+    def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any],
+              headers: Mapping[str, str] | None = None) -> bool:
         """One POST; any failure is logged (its kind only: messages may quote URLs or secrets)."""
         try:
+            if headers is None:
+                headers = self._format("").headers(config)
             status = post_event(config, body, allow_private=self.settings.push_allow_private,
-                                timeout_s=self.settings.push_timeout_s)
+                                timeout_s=self.settings.push_timeout_s, headers=headers)
         except Exception as exc:
             log.info("push to config %s of job %s failed: %s", config.get("id"), job_id, type(exc).__name__)
             return False

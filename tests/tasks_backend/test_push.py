@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from adapters.a2a_push import Contexts, normalize_config
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.push import PushStore, normalize_config
+from tasks_backend.job_meta import JobMeta
+from tasks_backend.push import PushStore
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
 from workers.push import PushDeliverer, backoff_ms
@@ -75,13 +77,14 @@ def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
     push = PushStore(runtime.store)
     push.put(record, normalize_config({"url": "https://8.8.8.8/h"}, record.id), after="0-0",
              now_ms=record.created_ms)
-    push.set_context(record, "ctx")
+    contexts = Contexts(runtime.store)
+    contexts.set(record, "ctx")
     r, keys = runtime.store.redis, runtime.store.keys
     job_ttl = r.pttl(keys.job(record.id))
-    for key in (keys.push_configs(record.id), keys.push_cursors(record.id), keys.a2a_context(record.id)):
+    for key in (keys.push_configs(record.id), keys.push_cursors(record.id), keys.job_meta(record.id)):
         assert 0 < r.pttl(key) <= job_ttl + 5, key
     assert r.pttl(keys.push_due()) > 0
-    assert push.contexts([record.id]) == {record.id: "ctx"}
+    assert contexts.of([record.id]) == {record.id: "ctx"}
     assert push.delete(record.id, record.id) and not push.configs(record.id)
 
 
@@ -167,3 +170,30 @@ def test_private_targets_are_refused_at_delivery_time_too(runtime: Runtime, sett
 def test_backoff_grows_and_is_capped() -> None:
     assert [backoff_ms(n) for n in (1, 2, 3)] == [500, 1000, 2000]
     assert backoff_ms(50) == 60_000
+
+
+class _PlainFormat:
+    """A protocol of its own: the state only, and a header of its own."""
+
+    def bodies(self, record: Any, meta: Any) -> list[dict[str, Any]]:
+        return [{"job": record.id, "state": record.state.value, "tag": meta.get("plain.tag")}]
+
+    def headers(self, subscription: Any) -> dict[str, str]:
+        return {"X-Plain-Subscriber": subscription["who"]}
+
+
+@pytest.mark.usefixtures("worker")
+def test_each_subscription_is_posted_in_the_format_it_was_stored_with(runtime: Runtime, settings: Settings,
+                                                                      receiver: Receiver) -> None:
+    # The core knows no protocol: a subscription names its format, and the adapter's format shapes each POST.
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True),
+                              formats={"plain": _PlainFormat()})
+    record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
+    JobMeta(runtime.store).put(record, "plain.tag", "t-1")
+    PushStore(runtime.store).put(record, {"id": "s1", "url": receiver.url, "who": "bob"}, after="0-0",
+                                 format="plain")
+    _deliver_until(deliverer, lambda: {"job": record.id, "state": "completed", "tag": "t-1"} in receiver.bodies(),
+                   "the final state in the plain format")
+    assert all(h["X-Plain-Subscriber"] == "bob" and "X-A2A-Notification-Token" not in h for h, _ in receiver.calls)
+    assert PushStore(runtime.store).configs(record.id) == [{"id": "s1", "url": receiver.url, "who": "bob"}]
+    deliverer.close()

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from adapters.a2a_push import Contexts
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord
@@ -281,7 +282,7 @@ def test_no_push_key_is_left_without_a_ttl(runtime: Runtime, settings: Settings)
     deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
     try:
         _put(runtime, record, {"url": receiver.url})
-        PushStore(runtime.store).set_context(record, "ctx")
+        Contexts(runtime.store).set(record, "ctx")
         _finished(runtime, record)
         _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(), "the final state")
         found = [k for k in r.scan_iter(f"{keys.prefix}:{{{record.id}}}:*")] + [keys.push_due()]

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from adapters.a2a_push import normalize_config
 from tasks_backend.errors import InvalidParams
-from tasks_backend.webhook import TargetRefused, normalize_config, resolve_target
+from tasks_backend.webhook import TargetRefused, resolve_target
 
 
 # -- the guard ------------------------------------------------------------------------------------
