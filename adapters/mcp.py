@@ -115,7 +115,8 @@ def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime
             return Answer(202)  # notifications/initialized, notifications/cancelled: nothing to do
         revision = _revision(rpc, headers)
         _check_headers(rpc, headers)
-        reply = _dispatch(Call(rpc, principal, runtime), revision)
+        session = headers.get("Mcp-Session-Id")
+        reply = _dispatch(Call(rpc, principal, runtime, {"Mcp-Session-Id": session} if session else {}), revision)
     except Exception as exc:
         return _error(request_id, exc, revision)
     if isinstance(reply, Stream):
@@ -124,7 +125,7 @@ def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime
         reply.setdefault("_meta", {})[SERVER_INFO_META] = SERVER_INFO
     answer = Answer(200, jsonrpc.success(request_id, reply))
     if revision == LEGACY and rpc.method == "initialize":
-        answer.headers["Mcp-Session-Id"] = mcp_2025.new_session_id()
+        answer.headers["Mcp-Session-Id"] = mcp_2025.new_session_id(rpc.params)
     return answer
 
 

@@ -8,6 +8,10 @@ Nothing here keeps state between requests, so any web process can serve any requ
 - the session id only marks that a client did the handshake; jobs belong to the bearer's principal;
 - an `elicitation/create` request id names its task and input key, so the client's answer (a JSON-RPC
   response POSTed on its own) goes straight to `provide_input`;
+- a client that declares URL-mode elicitation (`capabilities.elicitation.url`) gets a session id that
+  says so; its questions are asked in URL mode, pointing at the job's web page (`/ui/jobs/<id>`), where
+  the person answers in the browser; the stream then says `notifications/elicitation/complete`.
+  Other clients keep the form mode;
 - a `tasks/result` stream lasts at most `sse_max_s`; its event ids carry the task, the request id and
   the keys already asked, and the client resumes with `GET` + `Last-Event-ID` (2025-11-25 SSE polling).
 """
@@ -20,6 +24,7 @@ import contextlib
 import json
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tasks_backend.auth import Principal
@@ -49,14 +54,30 @@ from .mcp_tools import (
 
 #: Prefix of the ids of the `elicitation/create` requests we send: `<prefix><task id>/<input key>`.
 INPUT_REQUEST_PREFIX = "tasks-backend/input/"
+#: The same for URL-mode requests, whose answer is only the person's consent to open the page.
+URL_REQUEST_PREFIX = "tasks-backend/url/"
+#: Ends the session id of a client that declared URL-mode elicitation (the id stays opaque to it).
+URL_SESSION_MARK = ".url"
 #: Prefix of `tasks/result` stream event ids (a versioned, base64url JSON cursor follows).
 CURSOR_PREFIX = "tbr1."
 #: How long the client waits before it resumes a `tasks/result` stream we ended.
 RESUME_RETRY_MS = 500
 
 
-def new_session_id() -> str:
-    return secrets.token_hex(16)
+def new_session_id(initialize_params: dict[str, Any] | None = None) -> str:
+    """A session id; it remembers whether the client declared URL-mode elicitation (nothing is stored)."""
+    return secrets.token_hex(16) + (URL_SESSION_MARK if declares_url_mode(initialize_params or {}) else "")
+
+
+def declares_url_mode(initialize_params: dict[str, Any]) -> bool:
+    """`capabilities.elicitation.url` is an object (2025-11-25 elicitation, Capabilities)."""
+    capabilities = initialize_params.get("capabilities")
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+
+
+def url_mode(session_id: str | None) -> bool:
+    return bool(session_id) and str(session_id).endswith(URL_SESSION_MARK)
 
 
 def task(record: JobRecord) -> dict[str, Any]:
@@ -137,34 +158,53 @@ def task_result(call: Call) -> Reply:
     record = call.service.get(call.principal, task_id)
     if record.terminal:
         return final_result(record)
+    asking = Asking(task_id, call.rpc.id, set(), set() if url_mode(call.headers.get("Mcp-Session-Id")) else None)
     # One of the principal's open streams until it ends or the client goes away.
     return Stream(call.runtime.limits().hold(
-        call.principal, _result_events(call.runtime.streaming(), call.principal, task_id, call.rpc.id, set())))
+        call.principal, _result_events(call.runtime.streaming(), call.principal, asking)))
 
 
 def resume(service: JobService, principal: Principal, last_event_id: str) -> Stream | None:
     """Resume a `tasks/result` stream from the id of its last event (None: not one of ours)."""
-    cursor = _decode_cursor(last_event_id)
-    if cursor is None:
+    asking = _decode_cursor(last_event_id)
+    if asking is None:
         return None
-    task_id, request_id, asked = cursor
-    return Stream(_result_events(service, principal, task_id, request_id, asked))
+    return Stream(_result_events(service, principal, asking))
 
 
-def _result_events(service: JobService, principal: Principal, task_id: str, request_id: jsonrpc.Id,
-                   asked: set[str]) -> Iterator[str]:
-    def cursor() -> str:
-        return _encode_cursor(task_id, request_id, asked)
+@dataclass
+class Asking:
+    """Where a `tasks/result` stream stands: what it asked, and (URL mode only) which of those the person
+    has answered on the page since. Carried in each event id, so any process can resume the stream."""
+
+    task_id: str
+    request_id: jsonrpc.Id
+    asked: set[str]
+    #: None in form mode; in URL mode, the asked keys whose completion was announced.
+    completed: set[str] | None
+
+    def cursor(self) -> str:
+        return _encode_cursor(self)
+
+
+def _result_events(service: JobService, principal: Principal, asking: Asking) -> Iterator[str]:
+    task_id, request_id, asked = asking.task_id, asking.request_id, asking.asked
+    page = service.settings.public_url.rstrip("/") + f"/ui/jobs/{task_id}" if asking.completed is not None else None
+    cursor = asking.cursor
 
     yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
     try:
         for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s,
                                        block_ms=STREAM_BLOCK_MS):
-            if record.state is JobState.INPUT_REQUIRED:
-                for key, request in (record.input_requests or {}).items():
-                    if key not in asked:
-                        asked.add(key)
-                        yield sse_event(_input_request(task_id, key, request), cursor())
+            open_keys = (record.input_requests or {}) if record.state is JobState.INPUT_REQUIRED else {}
+            if asking.completed is not None:
+                for key in sorted(asked - asking.completed - set(open_keys)):
+                    asking.completed.add(key)  # answered on the page (or no longer asked)
+                    yield sse_event(_completion(task_id, key), cursor())
+            for key, request in open_keys.items():
+                if key not in asked:
+                    asked.add(key)
+                    yield sse_event(_input_request(task_id, key, request, page), cursor())
             if record.terminal:
                 yield sse_event(jsonrpc.success(request_id, final_result(record)))
                 return
@@ -175,11 +215,28 @@ def _result_events(service: JobService, principal: Principal, task_id: str, requ
     yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)
 
 
-def _input_request(task_id: str, key: str, request: dict[str, Any]) -> dict[str, Any]:
+def _input_request(task_id: str, key: str, request: dict[str, Any], page: str | None) -> dict[str, Any]:
     params = dict(request.get("params") or {})
+    if page is not None and request.get("method", "elicitation/create") == "elicitation/create":
+        # 2025-11-25 elicitation, URL Mode Elicitation Requests: `mode`, `message`, `url`, `elicitationId`.
+        # The person answers on the job's page; nothing of the answer passes through the client.
+        params = {"mode": "url", "message": params.get("message") or "This job needs your answer.",
+                  "url": page, "elicitationId": _elicitation_id(task_id, key), "_meta": related(task_id)}
+        return {"jsonrpc": "2.0", "id": f"{URL_REQUEST_PREFIX}{task_id}/{key}", "method": "elicitation/create",
+                "params": params}
     params["_meta"] = related(task_id)
     return {"jsonrpc": "2.0", "id": f"{INPUT_REQUEST_PREFIX}{task_id}/{key}",
             "method": request.get("method", "elicitation/create"), "params": params}
+
+
+def _elicitation_id(task_id: str, key: str) -> str:
+    return f"{task_id}/{key}"
+
+
+def _completion(task_id: str, key: str) -> dict[str, Any]:
+    """2025-11-25 elicitation, Completion Notifications for URL Mode Elicitation."""
+    return {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+            "params": {"elicitationId": _elicitation_id(task_id, key)}}
 
 
 def accept_answer(service: JobService, principal: Principal, message: dict[str, Any]) -> None:
@@ -189,22 +246,36 @@ def accept_answer(service: JobService, principal: Principal, message: dict[str, 
     as `tasks/update`); an answer that does not fit the requested schema raises `InvalidParams`.
     """
     response_id = message.get("id")
-    if not isinstance(response_id, str) or not response_id.startswith(INPUT_REQUEST_PREFIX):
+    if not isinstance(response_id, str):
+        return
+    result = message.get("result")
+    if response_id.startswith(URL_REQUEST_PREFIX):
+        # URL mode: `accept` is only the person's consent to open the page, where the answer is given;
+        # declining to go there declines the question, as in form mode. A client whose handler answers
+        # every request as a form (SDKs declare URL mode for any elicitation handler) sends `content`
+        # with its accept: that is taken as the answer, as the same request in form mode would be.
+        if not isinstance(result, dict) or (result.get("action") == "accept"
+                                             and not isinstance(result.get("content"), dict)):
+            return
+        response_id = INPUT_REQUEST_PREFIX + response_id.removeprefix(URL_REQUEST_PREFIX)
+    if not response_id.startswith(INPUT_REQUEST_PREFIX):
         return
     task_id, sep, key = response_id.removeprefix(INPUT_REQUEST_PREFIX).partition("/")
-    result = message.get("result")
     if not sep or not key or not isinstance(result, dict):
         return  # an error answer (the client cannot elicit): the job keeps waiting for input
     with contextlib.suppress(JobNotFound, NotWaitingForInput):
         service.provide_input(principal, task_id, {key: result})
 
 
-def _encode_cursor(task_id: str, request_id: jsonrpc.Id, asked: set[str]) -> str:
-    raw = json.dumps({"t": task_id, "r": request_id, "a": sorted(asked)}, separators=(",", ":"))
+def _encode_cursor(asking: Asking) -> str:
+    data: dict[str, Any] = {"t": asking.task_id, "r": asking.request_id, "a": sorted(asking.asked)}
+    if asking.completed is not None:
+        data["c"] = sorted(asking.completed)
+    raw = json.dumps(data, separators=(",", ":"))
     return CURSOR_PREFIX + base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(value: str) -> tuple[str, jsonrpc.Id, set[str]] | None:
+def _decode_cursor(value: str) -> Asking | None:
     if not value.startswith(CURSOR_PREFIX) or len(value) > 8192:
         return None
     body = value.removeprefix(CURSOR_PREFIX)
@@ -214,11 +285,16 @@ def _decode_cursor(value: str) -> tuple[str, jsonrpc.Id, set[str]] | None:
         return None
     if not isinstance(data, dict):
         return None
-    task_id, request_id, asked = data.get("t"), data.get("r"), data.get("a")
+    task_id, request_id, asked, completed = data.get("t"), data.get("r"), data.get("a"), data.get("c")
     if (not isinstance(task_id, str) or isinstance(request_id, bool) or not isinstance(request_id, str | int)
-            or not isinstance(asked, list) or not all(isinstance(k, str) for k in asked)):
+            or not _strings(asked) or (completed is not None and not _strings(completed))):
         return None
-    return task_id, request_id, set(asked)
+    return Asking(task_id, request_id, {str(k) for k in asked or ()},
+                  None if completed is None else {str(k) for k in completed})
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(k, str) for k in value)
 
 
 METHODS: dict[str, Callable[[Call], Reply]] = {
