@@ -24,11 +24,12 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
     app.config["MAX_CONTENT_LENGTH"] = runtime.settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["tasks_backend"] = runtime
+    session_paths = protocol.session_paths()
 
     @app.before_request
     def _principal() -> None:
         # The entrance authenticated the caller; a request that did not come through it gets nothing.
-        if protocol.session_path(request.path):
+        if session_paths(request.path):
             return  # the adapter's own session names the caller (the web page); the door checked the rest
         if PRINCIPAL not in request.environ:
             raise Unauthenticated()
@@ -41,7 +42,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
             adapter.install(app, runtime)
         app.register_blueprint(adapter.blueprint)
     entrance = Entrance(app.wsgi_app, runtime, runtime.authenticator(), checks,
-                        session_paths=protocol.session_path)
+                        session_paths=session_paths)
     app.wsgi_app = entrance  # type: ignore[method-assign]
     app.extensions["tasks_backend_entrance"] = entrance
     return app

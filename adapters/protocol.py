@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 
 from flask import Blueprint, Flask
 
-from tasks_backend.errors import TasksBackendError
 from tasks_backend.push import PushFormat
 from tasks_backend.runtime import Runtime
 
-#: An adapter's table from error class to its protocol's code (read with `errors.most_specific`).
-Codes = Mapping[type[TasksBackendError], int]
+from .jsonrpc import Codes
 
 
 @dataclass(frozen=True)
 class Adapter:
+    """What one protocol module adds to the app; `name` also names its push subscriptions' format."""
+
     name: str
     blueprint: Blueprint
     #: JSON-RPC endpoints of the protocol: refusals at the door are JSON-RPC errors in `codes`.
@@ -73,9 +73,14 @@ def rpc_codes() -> dict[str, Codes]:
     return {path: a.codes for a in registered() for path in sorted(a.rpc_paths)}
 
 
-def session_path(path: str) -> bool:
-    """Whether an adapter knows the caller of `path` by its own session (not a bearer header)."""
-    return any(a.session_paths is not None and a.session_paths(path) for a in registered())
+@functools.cache
+def session_paths() -> Callable[[str], bool]:
+    """Whether an adapter knows the caller of a path by its own session (not a bearer header); asked on
+    every request, so the one adapter that has sessions (the web page) is asked directly."""
+    checks = tuple(a.session_paths for a in registered() if a.session_paths is not None)
+    if len(checks) == 1:
+        return checks[0]
+    return lambda path: any(check(path) for check in checks)
 
 
 class PublicPaths(Set[str]):
