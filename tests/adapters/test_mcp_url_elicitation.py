@@ -7,6 +7,7 @@ Requests, Completion Notifications for URL Mode Elicitation.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -38,8 +39,23 @@ def waiting_refund(caller: Legacy) -> str:
     return task_id
 
 
-def messages(response: httpx.Response) -> Iterator[dict[str, Any]]:
-    return (m for _, m in sse_messages(response) if m is not None)
+@contextlib.contextmanager
+def result_stream(http: httpx.Client, caller: Legacy, task_id: str) -> Iterator[Iterator[dict[str, Any]]]:
+    """The messages of a `tasks/result` stream (request id 5), empty priming events left out."""
+    body = {"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": task_id}}
+    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
+        yield (m for _, m in sse_messages(response) if m is not None)
+
+
+def respond(http: httpx.Client, caller: Legacy, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """The client's JSON-RPC response to a request the server sent on the stream."""
+    answer = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+    assert http.post("/mcp", json=answer, headers=caller.headers).status_code == 202
+
+
+def final(stream: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """The answer to `tasks/result` that ends the stream."""
+    return next(m for m in stream if "result" in m or "error" in m)
 
 
 def answer_in_the_browser(live_url: str, url: str, token: str) -> None:
@@ -66,9 +82,7 @@ def test_a_client_with_url_mode_is_sent_the_jobs_page(http: httpx.Client, users:
     _, token = users.new("url-client")
     caller = initialized(http, token, {"elicitation": {"form": {}, "url": {}}})
     task_id = waiting_refund(caller)
-    body = {"jsonrpc": "2.0", "id": 5, "method": "tasks/result", "params": {"taskId": task_id}}
-    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
-        stream = messages(response)
+    with result_stream(http, caller, task_id) as stream:
         asked = next(stream)
         # [elicitation] URL Mode Elicitation Requests: `mode: "url"`, a `message`, the `url`, an `elicitationId`;
         # nothing of the form passes through the client.
@@ -80,8 +94,7 @@ def test_a_client_with_url_mode_is_sent_the_jobs_page(http: httpx.Client, users:
         assert params["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
 
         # `accept` is the person's consent to open the page, not an answer: the job keeps waiting.
-        consent = {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept"}}
-        assert http.post("/mcp", json=consent, headers=caller.headers).status_code == 202
+        respond(http, caller, asked, {"action": "accept"})
         assert caller.result("tasks/get", {"taskId": task_id})["status"] == "input_required"
 
         answer_in_the_browser(live_url, params["url"], token)
@@ -89,8 +102,8 @@ def test_a_client_with_url_mode_is_sent_the_jobs_page(http: httpx.Client, users:
         done = next(stream)
         assert done == {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
                         "params": {"elicitationId": params["elicitationId"]}}
-        final = next(m for m in stream if "result" in m or "error" in m)
-    assert final["id"] == 5 and final["result"]["structuredContent"]["status"] == "approved"
+        ended = final(stream)
+    assert ended["id"] == 5 and ended["result"]["structuredContent"]["status"] == "approved"
 
 
 @pytest.mark.parametrize("capabilities", [{"elicitation": {}}, {"elicitation": {"form": {}}}],
@@ -102,17 +115,12 @@ def test_a_client_without_url_mode_keeps_the_form(http: httpx.Client, users: Any
     _, token = users.new("form-client")
     caller = initialized(http, token, capabilities)
     task_id = waiting_refund(caller)
-    body = {"jsonrpc": "2.0", "id": 6, "method": "tasks/result", "params": {"taskId": task_id}}
-    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
-        stream = messages(response)
+    with result_stream(http, caller, task_id) as stream:
         asked = next(stream)
         assert asked["params"]["mode"] == "form" and "url" not in asked["params"]
         assert asked["params"]["requestedSchema"]["required"] == ["approved"]
-        answer = {"jsonrpc": "2.0", "id": asked["id"],
-                  "result": {"action": "accept", "content": {"approved": False}}}
-        assert http.post("/mcp", json=answer, headers=caller.headers).status_code == 202
-        final = next(m for m in stream if "result" in m or "error" in m)
-    assert final["result"]["structuredContent"]["status"] == "rejected"
+        respond(http, caller, asked, {"action": "accept", "content": {"approved": False}})
+        assert final(stream)["result"]["structuredContent"]["status"] == "rejected"
 
 
 def test_a_form_answer_to_a_url_request_is_taken(http: httpx.Client, users: Any) -> None:
@@ -121,15 +129,11 @@ def test_a_form_answer_to_a_url_request_is_taken(http: httpx.Client, users: Any)
     _, token = users.new("url-client")
     caller = initialized(http, token, {"elicitation": {"form": {}, "url": {}}})
     task_id = waiting_refund(caller)
-    body = {"jsonrpc": "2.0", "id": 8, "method": "tasks/result", "params": {"taskId": task_id}}
-    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
-        stream = messages(response)
+    with result_stream(http, caller, task_id) as stream:
         asked = next(stream)
         assert asked["params"]["mode"] == "url"
-        answer = {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"approved": True}}}
-        assert http.post("/mcp", json=answer, headers=caller.headers).status_code == 202
-        final = next(m for m in stream if "result" in m or "error" in m)
-    assert final["result"]["structuredContent"]["status"] == "approved"
+        respond(http, caller, asked, {"action": "accept", "content": {"approved": True}})
+        assert final(stream)["result"]["structuredContent"]["status"] == "approved"
 
 
 def test_declining_to_open_the_page_declines_the_question(http: httpx.Client, users: Any) -> None:
@@ -137,12 +141,8 @@ def test_declining_to_open_the_page_declines_the_question(http: httpx.Client, us
     _, token = users.new("url-client")
     caller = initialized(http, token, {"elicitation": {"url": {}}})
     task_id = waiting_refund(caller)
-    body = {"jsonrpc": "2.0", "id": 7, "method": "tasks/result", "params": {"taskId": task_id}}
-    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
-        stream = messages(response)
+    with result_stream(http, caller, task_id) as stream:
         asked = next(stream)
         assert asked["params"]["mode"] == "url"
-        declined = {"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}}
-        assert http.post("/mcp", json=declined, headers=caller.headers).status_code == 202
-        final = next(m for m in stream if "result" in m or "error" in m)
-    assert final["result"]["structuredContent"]["status"] == "rejected"
+        respond(http, caller, asked, {"action": "decline"})
+        assert final(stream)["result"]["structuredContent"]["status"] == "rejected"
