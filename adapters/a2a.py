@@ -146,7 +146,7 @@ def _reply(body: dict[str, Any]) -> Response:
 
 
 def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
-    """The JSON-RPC error by the one error table, with the `ErrorInfo` detail A2A clients read."""
+    """The JSON-RPC error by A2A's code table, with the `ErrorInfo` detail A2A clients read."""
     body = jsonrpc.error_for(request_id, exc, CODES)
     err = body["error"]
     reason = _REASONS.get(err["code"])

@@ -1,4 +1,4 @@
-"""The Flask app factory: every protocol adapter over one runtime, behind one entrance, with one error map."""
+"""The Flask app factory: every adapter module over one runtime, behind one entrance; each maps errors to its codes."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ In this order, each in this one place:
 6. the hot calls (`fast_path`) are answered at once; everything else goes to Flask, which reads the
    principal found here (`PRINCIPAL`) and never authenticates again.
 
-A refusal is mapped once, by the error table: `application/problem+json` on the HTTP routes, a
+A refusal is mapped by the protocol of its path: `application/problem+json` on the HTTP routes, a
 JSON-RPC error (id null) with the same status and headers on `/mcp` and `/a2a`.
 """
 
