@@ -1,11 +1,18 @@
-"""Each adapter owns its protocol's codes: one table per adapter, covering every error of the core."""
+"""Each adapter owns its protocol: its codes (one table per adapter, covering every error of the core), and
+its place in the app, found from its module alone."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+import adapters
 from adapters import a2a, jsonrpc, mcp_tools, problems, protocol
+from adapters.app import create_app
 from tasks_backend import errors
+from tasks_backend.runtime import Runtime
 
 EVERY_ERROR = errors.error_classes()
 
@@ -31,3 +38,51 @@ def test_the_app_serves_every_adapter_module() -> None:
     assert names == {"http", "mcp", "a2a", "observability", "openapi", "ui"}
     assert protocol.rpc_codes() == {"/mcp": mcp_tools.CODES, "/a2a": a2a.CODES}
     assert protocol.public_paths() == {"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"}
+
+
+ECHO = '''
+from flask import Blueprint, jsonify
+
+from adapters import jsonrpc
+from adapters.protocol import Adapter
+
+bp = Blueprint("echo", __name__)
+
+
+@bp.get("/echo/card")
+def card():
+    return jsonify({"card": True})
+
+
+@bp.post("/echo/rpc")
+def rpc():
+    return jsonify(jsonrpc.success(1, {"echo": True}))
+
+
+ADAPTER = Adapter("echo", bp, rpc_paths=frozenset({"/echo/rpc"}), codes={**jsonrpc.CODES},
+                  public_paths=frozenset({"/echo/card"}))
+'''
+
+
+def _forget_adapters() -> None:
+    for cached in (protocol.registered, protocol.public_paths, protocol.rpc_codes, protocol.session_paths):
+        cached.cache_clear()
+
+
+def test_a_new_protocol_is_a_new_module_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         runtime: Runtime) -> None:
+    (tmp_path / "zz_echo.py").write_text(ECHO)
+    monkeypatch.setattr(adapters, "__path__", [*adapters.__path__, str(tmp_path)])
+    _forget_adapters()
+    try:
+        client = create_app(runtime=runtime).test_client()
+        assert client.get("/echo/card").get_json() == {"card": True}  # its public path needs no token
+        refused = client.post("/echo/rpc", json={})  # its JSON-RPC endpoint is refused in JSON-RPC
+        assert refused.status_code == 401 and refused.get_json()["error"]["code"] == -32001
+        answered = client.post("/echo/rpc", json={}, headers={"Authorization": "Bearer alice-token"})
+        assert answered.get_json()["result"] == {"echo": True}
+    finally:
+        monkeypatch.undo()
+        sys.modules.pop("adapters.zz_echo", None)
+        _forget_adapters()
+    assert "echo" not in {a.name for a in protocol.registered()}
