@@ -45,11 +45,16 @@ from .mcp_tools import (
     Reply,
     Stream,
     call_tool_result,
+    consent_only,
+    declares_url_elicitation,
+    elicitation_id,
     error_message,
+    job_page,
     sse_event,
     string_param,
     submit_call,
     tools,
+    url_elicitation,
 )
 
 #: Prefix of the ids of the `elicitation/create` requests we send: `<prefix><task id>/<input key>`.
@@ -70,10 +75,8 @@ def new_session_id(initialize_params: dict[str, Any] | None = None) -> str:
 
 
 def declares_url_mode(initialize_params: dict[str, Any]) -> bool:
-    """`capabilities.elicitation.url` is an object (2025-11-25 elicitation, Capabilities)."""
-    capabilities = initialize_params.get("capabilities")
-    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
-    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+    """`capabilities.elicitation.url` in `initialize` (2025-11-25 elicitation, Capabilities)."""
+    return declares_url_elicitation(initialize_params.get("capabilities"))
 
 
 def url_mode(session_id: str | None) -> bool:
@@ -189,7 +192,7 @@ class Asking:
 
 def _result_events(service: JobService, principal: Principal, asking: Asking) -> Iterator[str]:
     task_id, request_id, asked = asking.task_id, asking.request_id, asking.asked
-    page = service.settings.public_url.rstrip("/") + f"/ui/jobs/{task_id}" if asking.completed is not None else None
+    page = job_page(service.settings, task_id) if asking.completed is not None else None
     cursor = asking.cursor
 
     yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
@@ -216,27 +219,21 @@ def _result_events(service: JobService, principal: Principal, asking: Asking) ->
 
 
 def _input_request(task_id: str, key: str, request: dict[str, Any], page: str | None) -> dict[str, Any]:
+    prefix = INPUT_REQUEST_PREFIX
+    if page is not None:
+        asked = url_elicitation(task_id, key, request, page)
+        prefix = URL_REQUEST_PREFIX if asked is not request else prefix
+        request = asked
     params = dict(request.get("params") or {})
-    if page is not None and request.get("method", "elicitation/create") == "elicitation/create":
-        # 2025-11-25 elicitation, URL Mode Elicitation Requests: `mode`, `message`, `url`, `elicitationId`.
-        # The person answers on the job's page; nothing of the answer passes through the client.
-        params = {"mode": "url", "message": params.get("message") or "This job needs your answer.",
-                  "url": page, "elicitationId": _elicitation_id(task_id, key), "_meta": related(task_id)}
-        return {"jsonrpc": "2.0", "id": f"{URL_REQUEST_PREFIX}{task_id}/{key}", "method": "elicitation/create",
-                "params": params}
     params["_meta"] = related(task_id)
-    return {"jsonrpc": "2.0", "id": f"{INPUT_REQUEST_PREFIX}{task_id}/{key}",
+    return {"jsonrpc": "2.0", "id": f"{prefix}{task_id}/{key}",
             "method": request.get("method", "elicitation/create"), "params": params}
-
-
-def _elicitation_id(task_id: str, key: str) -> str:
-    return f"{task_id}/{key}"
 
 
 def _completion(task_id: str, key: str) -> dict[str, Any]:
     """2025-11-25 elicitation, Completion Notifications for URL Mode Elicitation."""
     return {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
-            "params": {"elicitationId": _elicitation_id(task_id, key)}}
+            "params": {"elicitationId": elicitation_id(task_id, key)}}
 
 
 def accept_answer(service: JobService, principal: Principal, message: dict[str, Any]) -> None:
@@ -250,12 +247,9 @@ def accept_answer(service: JobService, principal: Principal, message: dict[str, 
         return
     result = message.get("result")
     if response_id.startswith(URL_REQUEST_PREFIX):
-        # URL mode: `accept` is only the person's consent to open the page, where the answer is given;
-        # declining to go there declines the question, as in form mode. A client whose handler answers
-        # every request as a form (SDKs declare URL mode for any elicitation handler) sends `content`
-        # with its accept: that is taken as the answer, as the same request in form mode would be.
-        if not isinstance(result, dict) or (result.get("action") == "accept"
-                                             and not isinstance(result.get("content"), dict)):
+        # URL mode: declining to open the page declines the question, as in form mode (SDKs declare URL
+        # mode for any elicitation handler, so a form-shaped answer is taken too: `consent_only`).
+        if not isinstance(result, dict) or consent_only(result):
             return
         response_id = INPUT_REQUEST_PREFIX + response_id.removeprefix(URL_REQUEST_PREFIX)
     if not response_id.startswith(INPUT_REQUEST_PREFIX):

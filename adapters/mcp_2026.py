@@ -34,11 +34,15 @@ from .mcp_tools import (
     Reply,
     Stream,
     call_tool_result,
+    consent_only,
+    declares_url_elicitation,
     error_message,
+    job_page,
     sse_event,
     string_param,
     submit_call,
     tools,
+    url_elicitation,
 )
 
 log = logging.getLogger(__name__)
@@ -62,8 +66,14 @@ def _require_tasks(call: Call) -> None:
                                {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
 
 
-def detailed_task(record: JobRecord) -> dict[str, Any]:
-    """The extension's DetailedTask: the handle plus what its status carries."""
+def url_mode(call: Call) -> bool:
+    """Whether this request's client capabilities declare URL-mode elicitation."""
+    return declares_url_elicitation(call.meta.get(CLIENT_CAPABILITIES_META))
+
+
+def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
+    """The extension's DetailedTask: the handle plus what its status carries. With `page` (a client that
+    declares URL-mode elicitation), its questions point at the job's web page instead of carrying forms."""
     out = handle(record)
     if record.state is JobState.COMPLETED:
         out["result"] = call_tool_result(record) | {"resultType": "complete"}
@@ -75,8 +85,14 @@ def detailed_task(record: JobRecord) -> dict[str, Any]:
         if record.error:
             out["error"]["data"] = record.error
     elif record.state is JobState.INPUT_REQUIRED:
-        out["inputRequests"] = record.input_requests or {}
+        requests = record.input_requests or {}
+        out["inputRequests"] = requests if page is None else {
+            key: url_elicitation(record.id, key, request, page) for key, request in requests.items()}
     return out
+
+
+def _detailed(call: Call, record: JobRecord) -> dict[str, Any]:
+    return detailed_task(record, job_page(call.service.settings, record.id) if url_mode(call) else None)
 
 
 def discover(call: Call) -> Reply:
@@ -106,15 +122,21 @@ def call_tool(call: Call) -> Reply:
 def get_task(call: Call) -> Reply:
     _require_tasks(call)
     record = call.service.get(call.principal, string_param(call.params, "taskId"))
-    return {"resultType": "complete", **detailed_task(record)}
+    return {"resultType": "complete", **_detailed(call, record)}
 
 
 def update_task(call: Call) -> Reply:
     _require_tasks(call)
     task_id = string_param(call.params, "taskId")
+    responses = call.params.get("inputResponses")
+    if url_mode(call) and isinstance(responses, dict) and responses:
+        # Consent to open the job's page is not an answer: the person gives it there.
+        responses = {key: answer for key, answer in responses.items() if not consent_only(answer)}
+        if not responses:
+            return dict(ACK)
     # Answers to a task no longer waiting are stale or repeated; the extension says to ignore them.
     with contextlib.suppress(NotWaitingForInput):
-        call.service.provide_input(call.principal, task_id, call.params.get("inputResponses"))
+        call.service.provide_input(call.principal, task_id, responses)
     return dict(ACK)
 
 
@@ -153,7 +175,7 @@ def listen(call: Call) -> Reply:
                          "params": {"notifications": {"taskIds": accepted}, "_meta": meta}})
         for record in _merged_watch(call, accepted, max_s):
             yield sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
-                             "params": {**detailed_task(record), "_meta": meta}})
+                             "params": {**_detailed(call, record), "_meta": meta}})
         yield sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
 
     # One of the principal's open streams until it ends or the client goes away.

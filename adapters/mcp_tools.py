@@ -16,6 +16,7 @@ from flask import Response
 
 from tasks_backend import __version__
 from tasks_backend.auth import Principal
+from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import Conflict, InvalidParams, JobNotFound
 from tasks_backend.runtime import Runtime
@@ -144,3 +145,39 @@ def call_tool_result(record: JobRecord) -> dict[str, Any]:
         return out
     text = error_message(record) if record.state is JobState.FAILED else "The task was cancelled."
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+# -- URL-mode elicitation (2025-11-25 elicitation, "URL Mode Elicitation Requests"; kept in 2026-07-28) ------
+def declares_url_elicitation(capabilities: Any) -> bool:
+    """Whether client capabilities declare URL-mode elicitation (`elicitation.url` is an object)."""
+    elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+
+
+def job_page(settings: Settings, task_id: str) -> str:
+    """The job's web page, where a person signs in and answers its questions."""
+    return f"{settings.public_url.rstrip('/')}/ui/jobs/{task_id}"
+
+
+def elicitation_id(task_id: str, key: str) -> str:
+    return f"{task_id}/{key}"
+
+
+def url_elicitation(task_id: str, key: str, request: dict[str, Any], page: str) -> dict[str, Any]:
+    """An input request as a URL-mode `elicitation/create`: the person answers on `page`, so nothing of
+    the form or the answer passes through the client. Requests other than elicitation stay as they are."""
+    if request.get("method", "elicitation/create") != "elicitation/create":
+        return request
+    params = request.get("params") or {}
+    return {"method": "elicitation/create",
+            "params": {"mode": "url", "message": params.get("message") or "This job needs your answer.",
+                       "url": page, "elicitationId": elicitation_id(task_id, key)}}
+
+
+def consent_only(answer: Any) -> bool:
+    """A URL-mode `accept` without `content`: the person agreed to open the page, which is not an answer.
+    (An `accept` that carries `content` anyway, from a handler that treats every request as a form, is
+    taken as the answer, as the same request in form mode would be.)"""
+    return isinstance(answer, dict) and answer.get("action") == "accept" and not isinstance(
+        answer.get("content"), dict)
+

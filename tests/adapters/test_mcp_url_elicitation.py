@@ -1,8 +1,9 @@
-"""MCP 2025-11-25 URL-mode elicitation, over real HTTP: a client that declares `elicitation.url` is sent
-the job's web page to answer in the browser; a client that does not keeps the form mode.
+"""MCP URL-mode elicitation, over real HTTP: a client that declares `elicitation.url` is sent the job's
+web page to answer in the browser; a client that does not keeps the form mode.
 
-[elicitation] is the 2025-11-25 revision's `client/elicitation` page: Capabilities, URL Mode Elicitation
-Requests, Completion Notifications for URL Mode Elicitation.
+[elicitation] is the 2025-11-25 revision's `client/elicitation` page (Capabilities, URL Mode Elicitation
+Requests, Completion Notifications for URL Mode Elicitation); the 2026-07-28 page keeps URL mode, with the
+capabilities in `_meta["io.modelcontextprotocol/clientCapabilities"]` of each request.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.mcp_clients.rpc import LEGACY, Legacy, sse_messages
+from tests.adapters.mcp_clients.rpc import LEGACY, TASKS, Legacy, Modern, sse_messages
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -146,3 +147,41 @@ def test_declining_to_open_the_page_declines_the_question(http: httpx.Client, us
         assert asked["params"]["mode"] == "url"
         respond(http, caller, asked, {"action": "decline"})
         assert final(stream)["result"]["structuredContent"]["status"] == "rejected"
+
+
+# -- 2026-07-28: the questions are in `tasks/get`, the answers go to `tasks/update` --------------------------
+def modern_caps(**elicitation: Any) -> dict[str, Any]:
+    return {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}, "elicitation": elicitation}}
+
+
+def modern_waiting_refund(caller: Modern, meta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    task_id = str(caller.result("tools/call", {"name": REFUND["name"], "arguments": REFUND["arguments"]},
+                                meta=meta)["taskId"])
+    task = wait_until(lambda: (t := caller.result("tasks/get", {"taskId": task_id}, meta=meta))["status"]
+                      == "input_required" and t, 30, message="the refund to ask for approval")
+    return task_id, task
+
+
+def test_a_2026_client_with_url_mode_is_sent_the_jobs_page(http: httpx.Client, users: Any, live_url: str) -> None:
+    _, token = users.new("url-client")
+    caller, meta = Modern(http, token), modern_caps(form={}, url={})
+    task_id, task = modern_waiting_refund(caller, meta)
+    asked = task["inputRequests"]["approval"]
+    assert asked == {"method": "elicitation/create", "params": {
+        "mode": "url", "message": "Approve a refund of 3.50 for order U-1?", "url": f"{live_url}/ui/jobs/{task_id}",
+        "elicitationId": f"{task_id}/approval"}}
+    consent = {"taskId": task_id, "inputResponses": {"approval": {"action": "accept"}}}
+    assert caller.result("tasks/update", consent, meta=meta)["resultType"] == "complete"
+    assert caller.result("tasks/get", {"taskId": task_id}, meta=meta)["status"] == "input_required"
+
+    answer_in_the_browser(live_url, asked["params"]["url"], token)
+    done = wait_until(lambda: (t := caller.result("tasks/get", {"taskId": task_id}, meta=meta))["status"]
+                      == "completed" and t, 30, message="the refund to finish")
+    assert done["result"]["structuredContent"]["status"] == "approved"
+
+
+def test_a_2026_client_without_url_mode_keeps_the_form(http: httpx.Client, users: Any) -> None:
+    _, token = users.new("form-client")
+    _, task = modern_waiting_refund(Modern(http, token), modern_caps())
+    params = task["inputRequests"]["approval"]["params"]
+    assert params["mode"] == "form" and params["requestedSchema"]["required"] == ["approved"] and "url" not in params
