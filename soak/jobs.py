@@ -57,12 +57,16 @@ def _effect(ctx: JobContext, name: str) -> dict[str, Any]:
 class StepsParams(Schema):
     steps = fields.Integer(load_default=3, validate=validate.Range(min=1, max=20))
     pause = fields.Float(load_default=0.1, validate=validate.Range(min=0, max=10))
+    #: A path: before each step after the first, wait until `<gate>.<step>` exists (a test holds the job there).
+    gate = fields.String(load_default=None, allow_none=True)
 
 
 @job("soak.steps", params=StepsParams, ttl=TTL_S, poll_interval=0.5, description="Recorded effects, one per step")
-def steps(ctx: JobContext, steps: int, pause: float) -> dict[str, Any]:
+def steps(ctx: JobContext, steps: int, pause: float, gate: str | None) -> dict[str, Any]:
     for i in range(steps):
         ctx.sleep(pause)
+        while i > 0 and gate and not os.path.exists(f"{gate}.{i}"):
+            ctx.sleep(0.02)
         name = f"s{i}"
         ctx.step(name, lambda: _effect(ctx, name))  # noqa: B023 - called at once, inside this iteration
         ctx.progress(i + 1, steps, f"step {i + 1}/{steps}")

@@ -1,5 +1,9 @@
 """A TCP proxy between the system's processes and Redis that can cut every connection or swallow Redis's replies.
 
+Given several upstreams it is also a small load balancer: each new connection goes to the next one in turn,
+and to the one after when connecting fails or takes longer than `connect_timeout_s` (as a balancer's
+health checks would take a host out), so callers keep one address while a host is unreachable.
+
 It runs an asyncio loop in its own thread. Swallowing a reply is the fault that makes a client retry a
 command whose effect was applied: during the window, a reply from Redis is dropped now and then and its
 connection closed at once (a connection that lost part of a reply is out of step anyway), so the client
@@ -27,8 +31,13 @@ class _Pipe:
 
 
 class Proxy:
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream_port: int = 0, *, upstreams: list[tuple[str, int]] | None = None,
+                 host: str = "127.0.0.1", connect_timeout_s: float = 5.0) -> None:
+        self.upstreams = upstreams or [("127.0.0.1", upstream_port)]
+        self.host, self.connect_timeout_s = host, connect_timeout_s
+        self._next = 0
+        #: Connections each upstream took, by (host, port).
+        self.served: dict[tuple[str, int], int] = dict.fromkeys(self.upstreams, 0)
         self.loop = asyncio.new_event_loop()
         self.pipes: set[_Pipe] = set()
         self.drop_until = 0.0
@@ -44,21 +53,33 @@ class Proxy:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def _run(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._accept, "127.0.0.1", 0))
+        server = self.loop.run_until_complete(asyncio.start_server(self._accept, self.host, 0))
         self.port = server.sockets[0].getsockname()[1]
         ready.set()
         self.loop.run_forever()
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        for _ in self.upstreams:
+            upstream = self.upstreams[self._next % len(self.upstreams)]
+            self._next += 1
+            try:
+                opened = await asyncio.wait_for(asyncio.open_connection(*upstream), self.connect_timeout_s)
+            except (OSError, TimeoutError):
+                continue
+            self.served[upstream] += 1
+            return opened
+        return None
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
+        opened = await self._connect()
+        if opened is None:
             writer.close()
             return
+        up_reader, up_writer = opened
         pipe = _Pipe(writer, up_writer)
         pipe.dropping = time.monotonic() < self.drop_until
         self.pipes.add(pipe)

@@ -32,8 +32,9 @@ class _Quiet(BaseHTTPRequestHandler):
 
 
 class _Server:
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.server = ThreadingHTTPServer((host, 0), handler)
         self.server.daemon_threads = True
         self.server.owner = self  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.server.serve_forever, name="soak-service", daemon=True)
@@ -41,7 +42,7 @@ class _Server:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+        return f"http://{self.host}:{self.server.server_address[1]}/"
 
     def close(self) -> None:
         self.server.shutdown()
@@ -51,9 +52,10 @@ class _Server:
 class Downstream(_Server):
     """Applies each effect once per idempotency key, as a payment API would.
 
-    An effect (job, step) seen under two different keys was applied twice: the key was not stable."""
+    An effect (job, step) seen under two different keys was applied twice: the key was not stable.
+    `host` is the address it listens on (loopback, or a test network's bridge for workers in other namespaces)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.lock = threading.Lock()
         self.keys_by_effect: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.repeats = 0  # the same key again: deduplicated, as designed (a replayed step)
@@ -69,7 +71,7 @@ class Downstream(_Server):
                     keys.add(str(body["key"]))
                 self._answer()
 
-        super().__init__(Handler)
+        super().__init__(Handler, host)
 
     def applied_twice(self) -> dict[str, int]:
         """Per job, effects applied under more than one key."""

@@ -52,22 +52,25 @@ def free_port() -> int:
 
 @dataclass
 class EmbeddedRedis:
-    """A redis-server child process. `appendonly` makes it survive its own restart, as in production."""
+    """A redis-server child process. `appendonly` makes it survive its own restart, as in production.
+
+    `host` is the one address it listens on: loopback unless told otherwise (a test network's bridge)."""
 
     port: int = field(default_factory=free_port)
     appendonly: bool = True
     data_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="tasks-backend-redis-"))
     process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
         """Start the server and wait until it answers."""
         self.spawn()
         assert self.process is not None
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.2)
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -80,7 +83,7 @@ class EmbeddedRedis:
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start the server on the same port and data directory (its AOF), without waiting for it."""
-        args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir,
+        args = [redis_server_binary(), "--port", str(self.port), "--bind", self.host, "--dir", self.data_dir,
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "yes", "--daemonize", "no",
                 # Job event feeds are short streams: see docker-compose.yml.

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +42,14 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 class Proc:
-    """A child process in its own process group, stopped (and its children with it) on `stop`."""
+    """A child process in its own process group, stopped (and its children with it) on `stop`.
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    `prefix` runs it through another command that execs it (`ip netns exec <name>`: another network)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, prefix: Sequence[str] = ()) -> None:
         self.log_path = log
         self._log = log.open("ab")
-        self.popen = subprocess.Popen(args, env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+        self.popen = subprocess.Popen([*prefix, *args], env=env, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
 
     @property
@@ -75,14 +78,20 @@ class Proc:
 
 
 def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
-                   **env: Any) -> Proc:
+                   prefix: Sequence[str] = (), **env: Any) -> Proc:
     args = [sys.executable, "-m", "tasks_backend.cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
             "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
-    return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log)
+    return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log, prefix)
 
 
-def sweeper_process(settings: Settings, log: Path) -> Proc:
-    return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings), log)
+def sweeper_process(settings: Settings, log: Path, prefix: Sequence[str] = (), **env: str) -> Proc:
+    return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings, **env), log, prefix)
+
+
+def web_process(settings: Settings, log: Path, bind: str, prefix: Sequence[str] = (), **env: str) -> Proc:
+    """`tasks-backend web` (gunicorn, one worker process) on `bind`; tokens come from `env`."""
+    args = [sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", bind]
+    return Proc(args, settings_env(settings, **env), log, prefix)
 
 
 SERVICES = {"gunicorn": "web", "worker": "worker", "sweeper": "sweeper", "flower": "flower", "redis-server": "redis"}
