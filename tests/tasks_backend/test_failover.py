@@ -3,9 +3,6 @@ a submit that waits for a replica (`WAIT`). The broker side is in tests/workers/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from tasks_backend import Principal
@@ -45,18 +42,6 @@ def test_sentinels_in_the_environment_set_the_store_the_broker_and_a_replica_per
     assert plain.submit_replicas == 0 and "master_name" not in celery_config(plain)["broker_transport_options"]
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[SentinelGroup]:
-    g = SentinelGroup(tmp_path / "sentinel")
-    try:
-        yield g.start()
-    except BaseException:
-        print(g.logs())
-        raise
-    finally:
-        g.stop()
-
-
 def runtime_on(group: SentinelGroup, **overrides: object) -> Runtime:
     values: dict[str, object] = {"redis_service": SERVICE, "redis_socket_timeout_s": 1.0, "submit_replicas": 1,
                                  "submit_replicas_timeout_s": 0.3}
@@ -65,7 +50,8 @@ def runtime_on(group: SentinelGroup, **overrides: object) -> Runtime:
 
 
 @pytest.mark.chaos
-def test_the_store_follows_the_primary_across_a_failover(group: SentinelGroup) -> None:
+def test_the_store_follows_the_primary_across_a_failover(sentinel_group: SentinelGroup) -> None:
+    group = sentinel_group
     rt = runtime_on(group)
     before, _ = rt.service.submit(ALICE, "test.noop")
     old = group.kill_primary()
@@ -94,7 +80,8 @@ def test_the_store_follows_the_primary_across_a_failover(group: SentinelGroup) -
 
 
 @pytest.mark.chaos
-def test_a_submit_no_replica_acknowledges_is_refused_and_nothing_of_it_stays(group: SentinelGroup) -> None:
+def test_a_submit_no_replica_acknowledges_is_refused_and_nothing_of_it_stays(sentinel_group: SentinelGroup) -> None:
+    group = sentinel_group
     rt = runtime_on(group)
     kept, _ = rt.service.submit(ALICE, "test.noop")
     replica = group.server_on(group.replica_port())
