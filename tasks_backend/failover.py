@@ -69,7 +69,7 @@ def connect_primary(url: str, service: str | None, **options: Any) -> redis.Redi
     client options (timeouts, keepalive, retry), applied to the primary's connections."""
     addresses, db, username, password = parse(url)
     # Asking a Sentinel is a quick call on its own short timeouts: a stalled Sentinel is skipped, not waited on.
-    timeout = options.get("socket_timeout") or options.get("io_timeout_s") or 2.0
+    timeout = min(options.get("socket_timeout") or options.get("io_timeout_s") or 2.0, 2.0)
     sentinel_kwargs = {"socket_timeout": timeout, "socket_connect_timeout": options.get("socket_connect_timeout", 1.0),
                        "socket_keepalive": True}
     primary = dict(options)
