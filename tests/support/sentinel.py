@@ -11,7 +11,9 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,18 +83,73 @@ class Server:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
 
 
+class ReplicationLink:
+    """A TCP relay the replica reaches its primary through. `hold()` makes it drop what the primary sends
+    (the replica's acknowledgements still go through, so the link looks up): the replica falls behind, as
+    one does when the primary dies before its last writes left it."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.held = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="replication-link", daemon=True).start()
+
+    def hold(self) -> None:
+        self.held.set()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                replica, _ = self.listener.accept()
+                try:
+                    primary = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=2)
+                except OSError:
+                    replica.close()
+                    continue
+                primary.settimeout(None)
+                self.sockets += [replica, primary]
+                threading.Thread(target=self._pump, args=(primary, replica, True), daemon=True).start()
+                threading.Thread(target=self._pump, args=(replica, primary, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, from_primary: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if not (from_primary and self.held.is_set()):
+                    sink.sendall(data)
+        for sock in (source, sink):  # one side gone: the other sees the link drop
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        for sock in [self.listener, *self.sockets]:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
 @dataclass
 class SentinelGroup:
-    """The primary (`servers[0]` at first), the replica and three Sentinels watching `SERVICE`."""
+    """The primary (`servers[0]` at first), the replica and three Sentinels watching `SERVICE`.
+
+    `linked`: the replica reaches the primary through a `ReplicationLink` (`self.link`). Sentinel then
+    sees a replica of another address than the primary's, which it would set right after its failover
+    timeout: that timeout is a minute then, longer than such a test."""
 
     root: Path
+    linked: bool = False
     servers: list[Server] = field(default_factory=list)
     sentinels: list[Server] = field(default_factory=list)
+    link: ReplicationLink | None = None
 
     def start(self) -> SentinelGroup:
         primary_port, replica_port = free_port(), free_port()
+        upstream = primary_port
+        if self.linked:
+            self.link = ReplicationLink(primary_port)
+            upstream = self.link.port
         for name, port, extra in (("primary", primary_port, []),
-                                  ("replica", replica_port, ["--replicaof", "127.0.0.1", str(primary_port)])):
+                                  ("replica", replica_port, ["--replicaof", "127.0.0.1", str(upstream)])):
             data = self.root / name
             data.mkdir(parents=True)
             argv = [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
@@ -111,7 +168,7 @@ class SentinelGroup:
                 f"logfile {data / 'sentinel.log'}",
                 f"sentinel monitor {SERVICE} 127.0.0.1 {primary_port} 2",
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
-                f"sentinel failover-timeout {SERVICE} 10000",
+                f"sentinel failover-timeout {SERVICE} {60_000 if self.linked else 10_000}",
                 f"sentinel parallel-syncs {SERVICE} 1", ""]))
             sentinel = Server(f"sentinel{i}", port, [sentinel_binary(), str(conf)], data / "sentinel.log")
             self.sentinels.append(sentinel)
@@ -187,3 +244,5 @@ class SentinelGroup:
     def stop(self) -> None:
         for server in [*self.sentinels, *self.servers]:
             server.stop()
+        if self.link is not None:
+            self.link.close()

@@ -3,13 +3,15 @@ a submit that waits for a replica (`WAIT`). The broker side is in tests/workers/
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tasks_backend import Principal
 from tasks_backend.config import Settings
 from tasks_backend.dispatch import celery_config
 from tasks_backend.domain import JobState
-from tasks_backend.errors import StoreUnavailable
+from tasks_backend.errors import JobNotFound, StoreUnavailable
 from tasks_backend.failover import parse, sentinel_url
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
@@ -100,3 +102,39 @@ def test_a_submit_no_replica_acknowledges_is_refused_and_nothing_of_it_stays(sen
     unwaited = runtime_on(group, submit_replicas=0)
     lone, _ = unwaited.service.submit(ALICE, "test.noop")
     assert unwaited.service.get(ALICE, lone.id).state is JobState.QUEUED
+
+
+@pytest.mark.chaos
+def test_without_the_wait_a_submit_answered_before_the_failover_can_be_lost(tmp_path: Path) -> None:
+    """The replica falls behind (what its primary sends is held back), then the primary dies and the replica
+    is promoted. A submit that did not wait was answered and is gone; one that waits for the replica was
+    refused instead, so its caller knows to retry."""
+    group = SentinelGroup(tmp_path / "sentinel", linked=True)
+    try:
+        group.start()
+        assert group.link is not None
+        waiting = runtime_on(group)
+        answering = build_runtime(waiting.settings.with_(submit_replicas=0))  # the same keys
+        kept, _ = waiting.service.submit(ALICE, "test.noop")
+        group.link.hold()
+        with pytest.raises(StoreUnavailable):
+            waiting.service.submit(ALICE, "test.noop")
+        lost, _ = answering.service.submit(ALICE, "test.noop")
+        assert answering.service.get(ALICE, lost.id).state is JobState.QUEUED  # answered, on the primary
+        group.wait_promoted(group.kill_primary())
+
+        def listed() -> list[str] | None:
+            try:
+                return [r.id for r in answering.service.list(ALICE)[0]]
+            except StoreUnavailable:
+                return None
+
+        assert wait_until(lambda: listed() is not None, 15, message="the promoted replica to answer")
+        assert listed() == [kept.id]
+        with pytest.raises(JobNotFound):
+            answering.service.get(ALICE, lost.id)
+    except BaseException:
+        print(group.logs())
+        raise
+    finally:
+        group.stop()
