@@ -6,14 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from redis.sentinel import SentinelConnectionPool
 
 from tasks_backend import Principal
 from tasks_backend.config import Settings
-from tasks_backend.dispatch import celery_config
+from tasks_backend.dispatch import RedisDispatcher, celery_config
 from tasks_backend.domain import JobState
 from tasks_backend.errors import JobNotFound, StoreUnavailable
 from tasks_backend.failover import parse, sentinel_url
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.runtime import Runtime, build_runtime, make_dispatcher
+from tasks_backend.store import connect
 from tests.conftest import make_settings, wait_until
 from tests.support.sentinel import SERVICE, SentinelGroup
 
@@ -138,3 +140,17 @@ def test_without_the_wait_a_submit_answered_before_the_failover_can_be_lost(tmp_
         raise
     finally:
         group.stop()
+
+
+def test_a_sentinel_broker_of_its_own_gets_a_client_of_its_own_primary() -> None:
+    """Store and broker behind the same Sentinels, in different databases: submits publish through a
+    Sentinel-managed client of the broker's database (nothing is contacted until the first command)."""
+    store, broker = sentinel_url(["127.0.0.1:1"], 0), sentinel_url(["127.0.0.1:1"], 1)
+    settings = make_settings("unused", redis_url=store, broker_url=broker, redis_service="jobs")
+    dispatcher = make_dispatcher(settings, connect(store, service="jobs"))
+    assert isinstance(dispatcher, RedisDispatcher) and not dispatcher.shares_store
+    pool = dispatcher.broker.connection_pool
+    assert isinstance(pool, SentinelConnectionPool) and pool.service_name == "jobs"
+    assert pool.connection_kwargs["db"] == 1
+    shared = make_dispatcher(settings.with_(broker_url=None), connect(store, service="jobs"))
+    assert isinstance(shared, RedisDispatcher) and shared.shares_store  # one round trip per submit, as with redis://
