@@ -1,6 +1,6 @@
 # The failover tests (tests/*/test_failover.py) run three Sentinels from Debian's redis-sentinel package,
 # installed here when missing; the primary and the replica are the redis-server the other tests use.
-# `make bench-replicas` (about three minutes; QUICK=1 under one) measures what a submit that waits for one
+# `make bench-replicas` (under two minutes; QUICK=1 under one) measures what a submit that waits for one
 # replica (`WAIT 1`) costs.
 .PHONY: sentinel-deps bench-replicas
 
