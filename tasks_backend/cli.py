@@ -94,11 +94,12 @@ def flower(ctx: click.Context) -> None:
 @main.command()
 @click.option("--data-dir", default=".tasks-backend", show_default=True, help="where the embedded Redis keeps its AOF")
 def run(data_dir: str) -> None:
-    """Start everything on this machine: Redis (embedded unless REDIS_URL is set), web, worker, sweeper, Flower."""
+    """Start everything on this machine: Redis (embedded unless REDIS_URL or Sentinels are set), web, worker,
+    sweeper, Flower."""
     env = dict(os.environ)
     env["TASKS_BACKEND_DEV"] = "1"
     redis_server: EmbeddedRedis | None = None
-    if not env.get("REDIS_URL"):
+    if not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS"):
         path = Path(data_dir, "redis")
         path.mkdir(parents=True, exist_ok=True)
         redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()

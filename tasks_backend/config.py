@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .failover import DEFAULT_SERVICE, is_sentinel_url, sentinel_url
+
 DEMO_JOBS = "tasks_backend.demo"
 
 
@@ -22,7 +24,15 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Settings:
+    #: A `redis://` URL, or the Sentinels' `sentinel://host:port/db;sentinel://…` (see `failover`).
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: The service (Sentinel's `master_name`) whose primary a `sentinel://` store or broker URL follows.
+    redis_service: str = DEFAULT_SERVICE
+    #: Replicas that must hold a new job before its submit is answered (Redis `WAIT`); 0 answers at once.
+    #: Fewer within `submit_replicas_timeout_s`: the job is dropped and the submit answered 503.
+    submit_replicas: int = 0
+    #: Kept below `redis_socket_timeout_s`, which bounds the whole round trip the `WAIT` rides in.
+    submit_replicas_timeout_s: float = 0.5
     broker_url: str | None = None
     key_prefix: str = "tb"
     job_modules: tuple[str, ...] = (DEMO_JOBS,)
@@ -99,8 +109,15 @@ class Settings:
         """Read `TASKS_BACKEND_*`, `REDIS_URL` and `CELERY_BROKER_URL`; keyword overrides win."""
         e = os.environ if env is None else env
         modules = e.get("TASKS_BACKEND_JOBS") or DEMO_JOBS
+        sentinels = [a for a in (e.get("TASKS_BACKEND_REDIS_SENTINELS") or "").split(",") if a.strip()]
+        redis_url = sentinel_url(sentinels) if sentinels else e.get("REDIS_URL") or cls.redis_url
         values: dict[str, Any] = {
-            "redis_url": e.get("REDIS_URL") or cls.redis_url,
+            "redis_url": redis_url,
+            "redis_service": e.get("TASKS_BACKEND_REDIS_SERVICE") or cls.redis_service,
+            # With failover configured, a submit waits for one replica by default: see the README.
+            "submit_replicas": _int(e, "TASKS_BACKEND_SUBMIT_REPLICAS", 1 if is_sentinel_url(redis_url) else 0),
+            "submit_replicas_timeout_s": _float(e, "TASKS_BACKEND_SUBMIT_REPLICAS_TIMEOUT",
+                                                cls.submit_replicas_timeout_s),
             "broker_url": e.get("CELERY_BROKER_URL") or None,
             "key_prefix": e.get("TASKS_BACKEND_KEY_PREFIX") or cls.key_prefix,
             "job_modules": tuple(m.strip() for m in modules.split(",") if m.strip()),

@@ -19,6 +19,7 @@ from celery import Celery
 
 from .config import Settings
 from .errors import DispatchUnavailable
+from .failover import is_sentinel_url
 from .keys import Keys
 from .store import keepalive_options
 
@@ -47,6 +48,11 @@ def celery_config(settings: Settings, *, consumer: bool = False) -> dict[str, An
         # but there is no reason to invite it.
         "retry_on_timeout": False,
     }
+    if is_sentinel_url(settings.effective_broker_url):
+        broker_options["master_name"] = settings.redis_service
+        # Asking a Sentinel for the primary fails fast (a stalled one is skipped), even in a worker's main loop.
+        broker_options["sentinel_kwargs"] = {"socket_timeout": settings.redis_socket_timeout_s,
+                                             "socket_connect_timeout": 2}
     config: dict[str, Any] = {
         "broker_url": settings.effective_broker_url,
         "broker_transport_options": broker_options,

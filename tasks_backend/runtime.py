@@ -63,19 +63,21 @@ def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery |
     """Direct Redis publishing for a Redis broker (sharing the store's connection when it is the same
     server and database); Celery's own publishing for any other broker."""
     broker_url = settings.effective_broker_url
-    if not broker_url.startswith(("redis://", "rediss://", "unix://")):
+    if not broker_url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
         return CeleryDispatcher(settings, app)
     shares = broker_url == settings.redis_url
-    broker = store_client if shares else connect(broker_url, settings.redis_socket_timeout_s)
+    broker = store_client if shares else connect(broker_url, settings.redis_socket_timeout_s,
+                                                 service=settings.redis_service)
     return RedisDispatcher(settings, broker, shares_store=shares, app=app)
 
 
 def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None,
                   registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
-    client = connect(settings.redis_url, settings.redis_socket_timeout_s)
+    client = connect(settings.redis_url, settings.redis_socket_timeout_s, service=settings.redis_service)
     client.connection_pool.max_connections = settings.redis_max_connections
-    store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
+    store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000),
+                       replicas=(settings.submit_replicas, int(settings.submit_replicas_timeout_s * 1000)))
     registry = registry or Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     limiter = Limiter(client, store.keys, settings)
@@ -90,7 +92,8 @@ STREAM_BLOCK_MS = 10_000
 
 def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher) -> JobService:
     # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
-    client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000)
+    client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000,
+                     service=settings.redis_service)
     client.connection_pool.max_connections = settings.redis_max_connections
     return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
 

@@ -8,6 +8,7 @@ add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis res
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import socket
@@ -23,6 +24,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from . import failover
 from .domain import TERMINAL_STATES, JobRecord, JobState, sources_of
 from .errors import StoreUnavailable
 from .keys import Keys
@@ -59,13 +61,17 @@ class KernelTimeoutConnection(redis.Connection):
         return sock
 
 
-def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
-    """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang."""
+def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> redis.Redis:
+    """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang.
+
+    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `failover`)."""
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
-    if url.startswith("redis://") and sys.platform != "win32":  # Windows wants milliseconds, not a timeval
+    sentinel = failover.is_sentinel_url(url)
+    if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
         timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
-    return redis.Redis.from_url(
-        url,
+    open_client = functools.partial(failover.connect_primary, url, service) if sentinel else functools.partial(
+        redis.Redis.from_url, url)
+    return open_client(
         decode_responses=True,
         socket_connect_timeout=min(timeout_s, 1.0),
         socket_keepalive=True,
@@ -104,12 +110,15 @@ class Event:
 
 
 class RedisStore:
-    def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
+                 replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
         # decode_responses=True every reply here is str, so the client is used untyped.
         self.redis: Any = client
         self.keys = keys
         self.max_ttl_ms = max_ttl_ms
+        #: (replicas a new job must reach before `create` returns, within this many ms): Redis `WAIT`.
+        self.replicas = replicas
         self._sha: dict[str, str] = {}
         self._ttl_kept: dict[str, float] = {}
 
@@ -185,9 +194,17 @@ class RedisStore:
             self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
             if also is not None:
                 also(p)
+            if self.replicas[0]:  # last: it waits for everything above to reach the replicas
+                p.execute_command("WAIT", *self.replicas)
 
         reply = self._run(build)
         created, existing = reply[0], reply[1]
+        if self.replicas[0] and int(reply[-1]) < self.replicas[0]:
+            # Not on enough replicas to survive a failover: never handed out. Its message, if it was
+            # enqueued, then finds no job; a retry with the same idempotency key submits afresh.
+            if created is not None:
+                self.discard(job_id)
+            raise StoreUnavailable("The job could not be copied to a replica in time; retry later.")
         return (None if created is None else int(created)), (existing if existing is not None else None)
 
     def discard(self, job_id: str) -> None:

@@ -56,6 +56,21 @@ def redis_base() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture
+def sentinel_group(tmp_path: Path) -> Iterator[Any]:
+    """A primary, a replica and three Sentinels of this test's own (tests/support/sentinel.py)."""
+    from tests.support.sentinel import SentinelGroup
+
+    group = SentinelGroup(tmp_path / "sentinel")
+    try:
+        yield group.start()
+    except BaseException:
+        print(group.logs())
+        raise
+    finally:
+        group.stop()
+
+
 class Users:
     """Principals with bearer tokens, written to a token file the app re-reads."""
 

@@ -1,4 +1,4 @@
-"""The worker's Redis broker transport: kombu's, except that a lost broker stays a connection error.
+"""The worker's Redis broker transports: kombu's, except that a lost broker stays a connection error.
 
 When the broker goes away while the worker is waiting on a BRPOP (the usual state of a worker with a
 free pool slot), Celery reacts to the connection error by collecting the connection and then closing
@@ -16,8 +16,10 @@ logs "Unrecoverable error" and shuts down instead of reconnecting (and its last 
 fails the same way: "Error on stopping Hub"). Here a channel whose connection is gone raises the
 connection error it is, which Celery ignores before it reconnects and carries on consuming.
 
-Only the worker uses this transport, and only for `redis://` broker URLs: with an explicit transport
-class kombu reads TLS settings from the URL's query alone, so `rediss://` keeps kombu's own.
+kombu's Sentinel transport builds its pools the same way (a primary killed in a failover is the same
+lost connection), so `sentinel://` brokers get the same fix. Only the worker uses these transports,
+and only for `redis://` and `sentinel://` broker URLs: with an explicit transport class kombu reads
+TLS settings from the URL's query alone, so `rediss://` keeps kombu's own.
 """
 
 from __future__ import annotations
@@ -29,20 +31,36 @@ import redis
 from kombu.transport import redis as kombu_redis
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class _KeepsConnectionErrors:
+    connection: Any
+
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:  # closed, or its transport let go
             raise redis.ConnectionError("the broker connection was closed after a connection error")
         return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
 
 
+class Channel(_KeepsConnectionErrors, kombu_redis.Channel):  # type: ignore[misc]
+    pass
+
+
 class Transport(kombu_redis.Transport):  # type: ignore[misc]
     Channel = Channel
 
 
+class SentinelChannel(_KeepsConnectionErrors, kombu_redis.SentinelChannel):  # type: ignore[misc]
+    pass
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):  # type: ignore[misc]
+    Channel = SentinelChannel
+
+
 TRANSPORT = f"{__name__}:Transport"
+SENTINEL_TRANSPORT = f"{__name__}:SentinelTransport"
+_TRANSPORTS = {"redis": TRANSPORT, "sentinel": SENTINEL_TRANSPORT}
 
 
 def worker_transport(broker_url: str) -> str | None:
-    """The `broker_transport` setting for a worker: ours for plain Redis, kombu's choice otherwise."""
-    return TRANSPORT if urlsplit(broker_url).scheme == "redis" else None
+    """The `broker_transport` setting for a worker: ours for plain Redis and Sentinel, kombu's choice otherwise."""
+    return _TRANSPORTS.get(urlsplit(broker_url).scheme)

@@ -323,7 +323,8 @@ def install(app: Celery, settings: Settings) -> None:
             self.thread: threading.Thread | None = None
 
         def start(self, parent: Any) -> None:
-            store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s),
+            store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s,
+                                       service=settings.redis_service),
                                Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
             deliverer = PushDeliverer(store, settings)
             self.thread = threading.Thread(target=deliverer.run_forever, args=(self.stop_event,),

@@ -25,6 +25,9 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     env.update({
         "REDIS_URL": settings.redis_url,
         "CELERY_BROKER_URL": settings.effective_broker_url,
+        "TASKS_BACKEND_REDIS_SERVICE": settings.redis_service,
+        "TASKS_BACKEND_SUBMIT_REPLICAS": str(settings.submit_replicas),
+        "TASKS_BACKEND_SUBMIT_REPLICAS_TIMEOUT": str(settings.submit_replicas_timeout_s),
         "TASKS_BACKEND_KEY_PREFIX": settings.key_prefix,
         "TASKS_BACKEND_QUEUE": settings.queue,
         "TASKS_BACKEND_JOBS": ",".join(settings.job_modules),

@@ -6,14 +6,15 @@ import pytest
 import redis
 
 from tests.conftest import make_settings
-from workers.broker import TRANSPORT, Channel, worker_transport
+from tests.support.sentinel import SERVICE, SentinelGroup
+from workers.broker import SENTINEL_TRANSPORT, TRANSPORT, Channel, SentinelChannel, worker_transport
 from workers.celery_app import create_celery
 
 
 def test_plain_redis_brokers_get_the_worker_transport_and_others_keep_kombus() -> None:
     assert worker_transport("redis://127.0.0.1:6379/0") == TRANSPORT
     assert worker_transport("rediss://cache.example:6380/0?ssl_cert_reqs=required") is None
-    assert worker_transport("sentinel://127.0.0.1:26379") is None
+    assert worker_transport("sentinel://127.0.0.1:26379/0;sentinel://127.0.0.1:26380/0") == SENTINEL_TRANSPORT
     assert worker_transport("amqp://guest@127.0.0.1//") is None
 
 
@@ -33,6 +34,22 @@ def test_a_channel_whose_connection_was_collected_raises_a_connection_error(redi
     with app.connection_for_read() as conn:
         channel = conn.default_channel
         assert isinstance(channel, Channel) is consumer
+        conn.collect()
+        expected = redis.ConnectionError if consumer else AttributeError
+        with pytest.raises(expected):
+            channel.qos.restore_unacked()
+
+
+@pytest.mark.parametrize("consumer", [True, False], ids=["worker", "kombu"])
+def test_the_same_holds_for_a_sentinel_broker(sentinel_group: SentinelGroup, consumer: bool) -> None:
+    """kombu's Sentinel channel builds its pool from the connection the same way (the second case
+    shows it still does)."""
+    settings = make_settings("unused", redis_url=sentinel_group.url(), redis_service=SERVICE)
+    app = create_celery(settings, consumer=consumer)
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        assert isinstance(channel, SentinelChannel) is consumer
+        channel.client.ping()  # through the Sentinels to the primary
         conn.collect()
         expected = redis.ConnectionError if consumer else AttributeError
         with pytest.raises(expected):
