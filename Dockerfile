@@ -8,6 +8,7 @@ COPY pyproject.toml README.md ./
 COPY tasks_backend ./tasks_backend
 COPY adapters ./adapters
 COPY workers ./workers
+COPY cli ./cli
 RUN pip install . && useradd --system --uid 10001 --no-create-home app
 
 USER app

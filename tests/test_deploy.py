@@ -195,7 +195,7 @@ class Launcher:
                           WEB_CONCURRENCY="1", PYTHONUNBUFFERED="1", LOG_FORMAT="text",
                           PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
         if name == "run":
-            argv = [sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir", str(tmp / "unused")]
+            argv = [sys.executable, "-m", "cli", "run", "--data-dir", str(tmp / "unused")]
         else:  # the Procfile's own worker concurrency (2): a free pool slot while a job runs
             argv = [os.path.join(venv_bin, "honcho"), "--no-colour", "-f", str(ROOT / "Procfile"), "start",
                     "-p", str(self.port)]

@@ -76,13 +76,13 @@ class Proc:
 
 def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
                    **env: Any) -> Proc:
-    args = [sys.executable, "-m", "tasks_backend.cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
+    args = [sys.executable, "-m", "cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
             "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
     return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log)
 
 
 def sweeper_process(settings: Settings, log: Path) -> Proc:
-    return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings), log)
+    return Proc([sys.executable, "-m", "cli", "sweeper"], settings_env(settings), log)
 
 
 SERVICES = {"gunicorn": "web", "worker": "worker", "sweeper": "sweeper", "flower": "flower", "redis-server": "redis"}

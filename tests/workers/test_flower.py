@@ -33,7 +33,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"],
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "flower"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
