@@ -4,8 +4,7 @@ import uuid
 
 import httpx
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types import (GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest,
-                       TaskState)
+from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest, TaskState
 from google.protobuf import json_format
 
 BASE = os.environ.get("TASKS_BACKEND_URL", "http://127.0.0.1:8000")

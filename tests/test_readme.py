@@ -107,8 +107,16 @@ def _clean_env(home: Path) -> dict[str, str]:
 def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
     clone = tmp_path / "tasks-backend"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    steps = console_steps((clone / "README.md").read_text())
+    readme = (clone / "README.md").read_text()
+    steps = console_steps(readme)
     assert steps and steps[0].command == "make run", "the README starts with `make run`"
+    for script in sorted({m for step in steps for m in re.findall(r"examples/\w+\.py", step.command)}):
+        assert f"```python\n{(clone / script).read_text()}```" in readme, f"README.md shows {script} as it is"
+    for venv in (".venv-mcp26", ".venv-mcp25"):
+        # The MCP client environments `make test` built from the same pins: `make mcp-clients` in the clone
+        # runs its own install step over them (the pins are the same, so pip finds everything in place).
+        if (ROOT / venv / ".installed").exists():
+            (clone / venv).symlink_to(ROOT / venv)
     ports = {name: str(free_port()) for name in README_PORTS}
 
     def to_here(command: str) -> str:
@@ -130,6 +138,9 @@ def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
                 server = Background(shell, command, tmp_path / f"server-{number}.log")
                 servers.append(server)
                 values.update(_wait_for_output(server, step, as_shown, where))
+                if step.command == "make run":  # it installs what running needs, and no more
+                    assert (clone / ".venv/bin/tasks-backend").exists()
+                    assert not (clone / ".venv/bin/pytest").exists()
             else:
                 printed = as_shown(shell.run(command)).splitlines()
                 found = match_lines(step.shown, printed)
