@@ -1,32 +1,46 @@
 """What Flower shows for a job: the runner's Celery outcome follows our state through the one table.
 
 The runner task returns normally whatever happened to the job, so Celery would call every run a
-SUCCESS. For a job that ended `failed`, the runner instead raises `JobFailedOutcome`, an expected
-exception (declared in the task's `throws`, so it is logged in one line without a traceback, and
-the message is acked): Celery then emits `task-failed` and Flower shows FAILURE, as `CELERY_STATES`
-says it should. The job's record in Redis stays the source of truth; this only changes the display.
+SUCCESS. Instead, at the one spot where the runner reports its outcome:
+
+- a job that ended `failed` raises `JobFailedOutcome` carrying the job's own error message, an
+  expected exception (declared in the task's `throws`, so it is logged in one line without a
+  traceback, and the message is acked): Celery emits `task-failed` and Flower shows FAILURE with it;
+- a job that ended `cancelled` sends `task-revoked` and raises Celery's `Ignore` (the message is
+  acked, no success is reported): Flower shows REVOKED.
+
+The job's record in Redis stays the source of truth; this only changes the display.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+from celery.exceptions import Ignore
 
 from tasks_backend.domain import JobState
 from tasks_backend.states import CELERY_STATES
 
 
 class JobFailedOutcome(Exception):
-    """The job this run executed ended `failed` (its error is in the job record, not here)."""
+    """The job this run executed ended `failed`; the message is the job's own error message."""
 
 
 _STATE_VALUES = frozenset(s.value for s in JobState)
 
 
-def celery_outcome(outcome: str) -> str:
-    """Return the runner's outcome, or raise when our state maps to Celery's FAILURE."""
+def celery_outcome(outcome: str, error_message: Callable[[], str | None],
+                   revoked: Callable[[], object]) -> str:
+    """Return the runner's outcome, or raise what makes Celery report our state as the table maps it.
+    `error_message` reads the failed job's message; `revoked` announces the revocation (an event)."""
     state = JobState(outcome) if outcome in _STATE_VALUES else None
-    if state is not None and "FAILURE" in CELERY_STATES[state]:
-        raise JobFailedOutcome(f"job {state.value}; see its record for the error")
+    if state is None:
+        return outcome
+    if "FAILURE" in CELERY_STATES[state]:
+        raise JobFailedOutcome(error_message() or f"job {state.value}")
+    if "REVOKED" in CELERY_STATES[state]:
+        revoked()
+        raise Ignore(f"job {state.value}")
     return outcome
 
 

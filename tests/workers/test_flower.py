@@ -83,23 +83,47 @@ def test_flower_lists_a_finished_job_under_its_operation_name(worker: Any, runti
     assert page.status_code == 200 and "demo.export" in page.text
 
 
-def test_a_failed_job_shows_as_failure(worker: Any, runtime: Runtime, flower: dict[str, Any]) -> None:
+def _flower_task(flower: dict[str, Any], job_id: str, states: tuple[str, ...]) -> dict[str, Any] | None:
+    for _ in range(50):  # the worker's last event may trail the record by a moment
+        task = httpx.get(f"{flower['url']}/api/task/info/{job_id}", auth=flower["auth"], timeout=10)
+        info = task.json() if task.status_code == 200 else {}
+        if info.get("state") in states:
+            return dict(info)
+        time.sleep(0.1)
+    return None
+
+
+def test_a_failed_job_shows_as_failure_with_its_own_message(worker: Any, runtime: Runtime,
+                                                             flower: dict[str, Any]) -> None:
     principal = Principal("flower-viewer")
 
-    def final_state() -> str | None:
-        record, _ = runtime.service.submit(principal, "demo.fail", {"message": "boom"})
+    def final() -> dict[str, Any] | None:
+        record, _ = runtime.service.submit(principal, "demo.fail", {"message": "the disk is full"})
         assert runtime.service.wait(principal, record.id, 30).state is JobState.FAILED
-        for _ in range(50):  # the worker's last event may trail the record by a moment
-            task = httpx.get(f"{flower['url']}/api/task/info/{record.id}", auth=flower["auth"], timeout=10)
-            state = task.json().get("state") if task.status_code == 200 else None
-            if state in ("FAILURE", "SUCCESS"):
-                return str(state)
-            time.sleep(0.1)
-        return None
+        return _flower_task(flower, record.id, ("FAILURE", "SUCCESS"))
 
-    assert wait_until(final_state, 90, interval=0.5, message="Flower to see a job end") == "FAILURE"
-    assert celery_outcome("completed") == "completed"
+    task = wait_until(final, 90, interval=0.5, message="Flower to see a job end")
+    assert task["state"] == "FAILURE"
+    assert "the disk is full" in task["exception"]
+    assert celery_outcome("completed", lambda: None, lambda: None) == "completed"
     assert CELERY_STATES[JobState.FAILED] == ("FAILURE",)
+
+
+def test_a_job_cancelled_while_running_shows_as_revoked(worker: Any, runtime: Runtime,
+                                                        flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+
+    def final() -> dict[str, Any] | None:
+        record, _ = runtime.service.submit(principal, "demo.sleep", {"seconds": 20, "steps": 200})
+        wait_until(lambda: runtime.service.get(principal, record.id).state is JobState.RUNNING, 30,
+                   message="the job to run")
+        runtime.service.cancel(principal, record.id)
+        # The worker reports when it stops, at its next cancellation point.
+        return _flower_task(flower, record.id, ("REVOKED", "SUCCESS", "FAILURE"))
+
+    task = wait_until(final, 90, interval=0.5, message="Flower to see a cancelled job end")
+    assert task["state"] == "REVOKED"
+    assert CELERY_STATES[JobState.CANCELLED] == ("REVOKED",)
 
 
 def test_flower_logs_carry_no_secret(flower: dict[str, Any]) -> None:
