@@ -43,7 +43,9 @@ class Shell:
     def run(self, command: str, timeout: float = STEP_TIMEOUT_S) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         # A command never reads the commands that follow it; `{ }` keeps `source`, `export` and `ID=` here.
-        self.proc.stdin.write(f"{{ {command}\n}} < /dev/null\nprintf '\\n{SENTINEL} %s\\n' $?\n".encode())
+        # `(exit $rc)` hands the command's status on, for an `echo $?` that follows.
+        self.proc.stdin.write(f"{{ {command}\n}} < /dev/null\n__rc=$?; printf '\\n{SENTINEL} %s\\n' $__rc; "
+                              "(exit $__rc)\n".encode())
         self.proc.stdin.flush()
         out = b""
         deadline = time.monotonic() + timeout
