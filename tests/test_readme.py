@@ -132,6 +132,7 @@ def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
     shell = Shell(clone, _clean_env(tmp_path))
     servers: list[Background] = []
     values: dict[str, str] = {}
+    durations: list[tuple[float, str]] = []
     try:
         for number, step in enumerate(steps):
             command = fill(to_here(step.command), values)
@@ -146,7 +147,9 @@ def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
                     assert (clone / ".venv/bin/tasks-backend").exists()
                     assert not (clone / ".venv/bin/pytest").exists()
             else:
+                started = time.monotonic()
                 printed = as_shown(shell.run(command)).splitlines()
+                durations.append((time.monotonic() - started, step.command.splitlines()[0]))
                 found = match_lines(step.shown, printed)
                 assert found is not None, f"{where}\n{first_mismatch(step.shown, printed)}"
                 values.update(found)
@@ -154,6 +157,7 @@ def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
         for server in reversed(servers):
             server.stop()
         shell.close()
+        print("slowest steps:", *(f"{s:6.1f}s  {c}" for s, c in sorted(durations, reverse=True)[:8]), sep="\n")
     leftovers = [s.pid for s in servers if s.alive()]
     assert not leftovers, f"process groups outlived their Ctrl-C: {leftovers}"
 

@@ -1,7 +1,8 @@
 """Console transcripts in Markdown (```console blocks) read as steps, and their shown output checked.
 
-A step is a command (`$ ` lines, continued by a trailing backslash) and the lines shown after it. The shown
-output is a pattern for what the command prints (stdout and stderr together):
+A step is a command (a `$ ` line, continued on the next ones after a trailing backslash or inside an open
+quote) and the lines shown after it. The shown output is a pattern for what the command prints (stdout and
+stderr together):
 
 - `…` alone on a line stands for any number of lines (none included); inside a line, for any text;
 - `<id>` is a job id, `<time>` an RFC 3339 UTC time; any other `<words>` stands for some text on that line,
@@ -13,6 +14,7 @@ output is a pattern for what the command prints (stdout and stderr together):
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 
 ELLIPSIS = "…"
@@ -44,14 +46,25 @@ def console_steps(markdown: str) -> list[Step]:
             continue
         if continued and pending is not None:
             pending.command += "\n" + line
-            continued = line.endswith("\\")
+            continued = _unfinished(pending.command)
         elif line.startswith("$ "):
             pending = Step(line[2:], line=number)
             steps.append(pending)
-            continued = line.endswith("\\")
+            continued = _unfinished(pending.command)
         elif pending is not None:
             pending.shown.append(line)
     return steps
+
+
+def _unfinished(command: str) -> bool:
+    """A command continues on the next line after a trailing backslash or inside an open quote."""
+    if command.endswith("\\"):
+        return True
+    try:
+        shlex.split(command)
+    except ValueError:  # "No closing quotation"
+        return True
+    return False
 
 
 def _line_regex(pattern: str) -> tuple[re.Pattern[str], list[str]]:
