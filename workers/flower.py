@@ -14,11 +14,14 @@ The job's record in Redis stays the source of truth; this only changes the displ
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from celery.exceptions import Ignore
 
-from tasks_backend.domain import JobState
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.states import CELERY_STATES
 
 
@@ -42,6 +45,45 @@ def celery_outcome(outcome: str, error_message: Callable[[], str | None],
         revoked()
         raise Ignore(f"job {state.value}")
     return outcome
+
+
+log = logging.getLogger(__name__)
+
+
+def describe_progress(record: JobRecord) -> str | None:
+    """'5/10 slept 1.5s of 3s': how a running job's progress reads in Flower's result column."""
+    if record.progress is None and not record.status_message:
+        return None
+    done = "" if record.progress is None else f"{record.progress:g}" + (
+        "" if record.total is None else f"/{record.total:g}")
+    return " ".join(part for part in (done, record.status_message or "") if part)
+
+
+def progress_display(settings: Settings | None = None) -> Callable[[Any], Any]:
+    """Flower's `format_task`: a running job's progress, read from its record, shown as its result.
+
+    Workers send Celery no events while a job runs (progress is written to the job's record, which every
+    API reads); Flower asks the record when it draws a page, for the jobs it shows as STARTED only."""
+    holder: dict[str, Any] = {}
+
+    def format_task(task: Any) -> Any:
+        if getattr(task, "state", None) != "STARTED" or not getattr(task, "uuid", None):
+            return task
+        try:
+            if "store" not in holder:
+                from tasks_backend.runtime import build_runtime
+
+                holder["store"] = build_runtime(settings).store
+            record = holder["store"].get(task.uuid)
+        except Exception:  # a page must draw even when Redis does not answer
+            log.debug("no progress for %s", task.uuid, exc_info=True)
+            return task
+        shown = describe_progress(record) if record is not None else None
+        if shown:
+            task.result = shown
+        return task
+
+    return format_task
 
 
 #: Where Flower listens unless `FLOWER_ADDRESS` says otherwise: loopback, so that only a proxy or a

@@ -12,7 +12,7 @@ from tasks_backend.config import Settings
 
 from . import push
 from .celery_app import create_celery
-from .flower import guard_metrics
+from .flower import guard_metrics, progress_display
 
 
 def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, quiet: bool = False) -> int:
@@ -36,7 +36,10 @@ def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, 
 
 
 def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
+    from flower.options import options  # defines Flower's options (format_task among them)
+
     guard_metrics()
+    options.format_task = progress_display(settings)  # a `--format_task` given on the command line wins
     app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from tasks_backend.runtime import Runtime
 from tasks_backend.states import CELERY_STATES
 from tests.conftest import wait_until
 from tests.support.procs import settings_env, wait_for_http
-from workers.flower import celery_outcome, flower_argv
+from workers.flower import celery_outcome, describe_progress, flower_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,6 +125,29 @@ def test_a_job_cancelled_while_running_shows_as_revoked(worker: Any, runtime: Ru
     task = wait_until(final, 90, interval=0.5, message="Flower to see a cancelled job end")
     assert task["state"] == "REVOKED"
     assert CELERY_STATES[JobState.CANCELLED] == ("REVOKED",)
+
+
+def test_a_running_job_shows_its_progress(worker: Any, runtime: Runtime, flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+    jobs: list[str] = []
+
+    def shown() -> bool:
+        record, _ = runtime.service.submit(principal, "demo.sleep", {"seconds": 30, "steps": 300})
+        jobs.append(record.id)
+        wait_until(lambda: runtime.service.get(principal, record.id).progress is not None, 30,
+                   message="the job to report progress")
+        try:
+            for _ in range(50):  # Flower sees the job start once the worker's event reaches it
+                page = httpx.get(f"{flower['url']}/task/{record.id}", auth=flower["auth"], timeout=10)
+                if page.status_code == 200 and re.search(r"\d+/300 slept [\d.]+s of 30s", page.text):
+                    return True
+                time.sleep(0.1)
+            return False
+        finally:
+            runtime.service.cancel(principal, record.id)
+
+    wait_until(shown, 90, interval=0.5, message="Flower to show a running job's progress")
+    assert describe_progress(runtime.store.get(jobs[-1])) is not None
 
 
 def test_flower_logs_carry_no_secret(flower: dict[str, Any]) -> None:
