@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import httpx
@@ -123,11 +124,15 @@ def readiness_probes(env: Mapping[str, str], port: str, flower_port: str,
     def flower() -> bool:
         return _answers(f"http://127.0.0.1:{flower_port}/healthcheck")
 
+    celery: list[Any] = []  # one app (and broker connection pool) for every ping, made at the first
+
     def worker() -> bool:
         from workers.celery_app import create_celery
 
         with contextlib.suppress(Exception):  # the broker may not be up yet either
-            return bool(create_celery(settings, consumer=False).control.ping(timeout=1.0))
+            if not celery:
+                celery.append(create_celery(settings, consumer=False))
+            return bool(celery[0].control.ping(timeout=1.0))
         return False
 
     def sweeper() -> bool:
