@@ -7,7 +7,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.types import GetTaskRequest, Message, Part, Role, SendMessageConfiguration, SendMessageRequest, TaskState
 from google.protobuf import json_format
 
-BASE = os.environ.get("TASKS_BACKEND_URL", "http://127.0.0.1:8000")
+BASE = os.environ["TASKS_BACKEND_URL"]
 TOKEN = os.environ["TASKS_BACKEND_TOKEN"]
 DONE = {TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_CANCELED}
 
