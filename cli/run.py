@@ -61,7 +61,8 @@ def run(data_dir: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
         redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
         env["REDIS_URL"] = redis_server.url
-    token = None
+    # The token the pasted block exports: one made for this run, else the first static token configured.
+    token = _first_token(env.get("TASKS_BACKEND_TOKENS", ""))
     if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
             or env.get("TASKS_BACKEND_JWT_SECRET") or env.get("TASKS_BACKEND_JWT_PUBLIC_KEY")):
         token = secrets.token_urlsafe(24)
@@ -87,6 +88,12 @@ def run(data_dir: str) -> None:
     threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
                      name="readiness").start()
     supervisor.run()
+
+
+def _first_token(tokens: str) -> str | None:
+    """The token of the first `principal:token` pair of TASKS_BACKEND_TOKENS, if any."""
+    first = tokens.split(",", 1)[0].strip()
+    return first.partition(":")[2].strip() or None
 
 
 def ports_in_use(ports: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -194,8 +201,8 @@ class Banner:
         lines.append(f"  export TASKS_BACKEND_URL={url}")
         if self.token:
             lines.append(f"  export TASKS_BACKEND_TOKEN={self.token}")
-        else:
-            lines.append("  export TASKS_BACKEND_TOKEN=<one of your TASKS_BACKEND_TOKENS>")
+        else:  # tokens from a file or JWTs: only their owner has one to paste
+            lines.append("  # export TASKS_BACKEND_TOKEN=<a token of yours>")
         lines += [f"  export REDIS_URL={self.redis_url}", ""]
         return "\n".join(lines)
 

@@ -117,3 +117,17 @@ def _group_alive(pgid: int) -> bool:
     except AssertionError:
         return True
     return False
+
+
+def test_the_pasted_block_exports_a_token_only_when_there_is_one_to_paste() -> None:
+    from cli.run import Banner, _first_token
+
+    assert _first_token("ops:s3cret, me:other") == "s3cret"
+    assert _first_token("") is None
+    common = {"port": "8000", "flower_port": "5555", "flower_auth": "admin:pw",
+              "redis_url": "redis://127.0.0.1:6379/0", "embedded": False}
+    shown = Banner(token="s3cret", **common).render(1.0)
+    assert "\n  export TASKS_BACKEND_TOKEN=s3cret\n" in shown
+    assert "\n  export REDIS_URL=redis://127.0.0.1:6379/0\n" in shown
+    # Tokens from a file or JWTs: a line that does nothing when pasted, rather than one bash cannot parse.
+    assert "\n  # export TASKS_BACKEND_TOKEN=<a token of yours>\n" in Banner(token=None, **common).render(1.0)
