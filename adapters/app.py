@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from http import HTTPStatus
 
-from flask import Flask, g, request
+from flask import Flask, Response, g, request
 
 from tasks_backend.config import Settings
 from tasks_backend.errors import Unauthenticated
@@ -34,6 +35,14 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
         if PRINCIPAL not in request.environ:
             raise Unauthenticated()
         g.principal = request.environ[PRINCIPAL]
+
+    @app.after_request
+    def _reason_phrase(response: Response) -> Response:
+        # Werkzeug writes reason phrases in capitals ("202 ACCEPTED"); the entrance answers with the standard
+        # ones ("202 Accepted"): one spelling for every answer.
+        if response.status_code in HTTPStatus._value2member_map_:
+            response.status = f"{response.status_code} {HTTPStatus(response.status_code).phrase}"
+        return response
 
     problems.register(app)
     # Every protocol module of this package that declares an `ADAPTER` (see adapters/protocol.py).

@@ -56,7 +56,7 @@ def faketime_library() -> str | None:
 
 def _console(name: str) -> list[str]:
     script = Path(sys.executable).parent / name
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tasks_backend.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from celery import Celery
@@ -10,6 +11,7 @@ from celery import Celery
 from .auth import Authenticator
 from .config import Settings
 from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
+from .errors import StoreUnavailable
 from .execution import Executor
 from .keys import Keys
 from .limits import Gate, LimitedJobService, Limiter
@@ -99,5 +101,24 @@ def _stream_service(settings: Settings, store: RedisStore, registry: Registry, d
 
 
 def connect_service(settings: Settings | None = None) -> JobService:
-    """The in-process API for existing applications: the same service the HTTP API uses."""
-    return build_runtime(settings).service
+    """The in-process API for existing applications: the same service the HTTP API uses.
+
+    It asks Redis once: an application that runs with the wrong settings hears which URL it tried (and which
+    variable sets it) at once, rather than "the job store is unreachable" at its first call."""
+    runtime = build_runtime(settings)
+    try:
+        runtime.store.redis.ping()
+    except redis.RedisError as exc:
+        url = redact_url(runtime.settings.redis_url)
+        raise StoreUnavailable(f"The job store at {url} is unreachable ({exc}); set REDIS_URL to the Redis "
+                               "the server uses.") from exc
+    return runtime.service
+
+
+def redact_url(url: str) -> str:
+    """`url` with any password replaced, fit for a message or a log line."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -195,7 +195,7 @@ class Launcher:
                           WEB_CONCURRENCY="1", PYTHONUNBUFFERED="1", LOG_FORMAT="text",
                           PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
         if name == "run":
-            argv = [sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir", str(tmp / "unused")]
+            argv = [sys.executable, "-m", "cli", "run", "--data-dir", str(tmp / "unused")]
         else:  # the Procfile's own worker concurrency (2): a free pool slot while a job runs
             argv = [os.path.join(venv_bin, "honcho"), "--no-colour", "-f", str(ROOT / "Procfile"), "start",
                     "-p", str(self.port)]
@@ -298,3 +298,25 @@ def test_redis_down_for_ten_seconds_leaves_every_process_up(tmp_path: Path) -> N
         for launcher in launchers:
             launcher.stop()
         server.stop()
+
+
+def _settings_read() -> set[str]:
+    return set(re.findall(r'"(TASKS_BACKEND_[A-Z_]+)"', (ROOT / "tasks_backend" / "config.py").read_text()))
+
+
+def test_compose_passes_every_setting_through_and_keeps_a_tokens_file(compose: dict[str, Any]) -> None:
+    """A setting set where compose runs reaches every process; a tokens file has a volume to live in."""
+    for name in APP_SERVICES:
+        service = compose["services"][name]
+        assert _settings_read() <= set(service["environment"]), name
+        assert "tokens:/etc/tasks-backend" in service["volumes"], name
+    assert "tokens" in compose["volumes"]
+    assert "/etc/tasks-backend" in (ROOT / "Dockerfile").read_text()
+
+
+def test_the_configuration_table_names_every_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("\n## Configuration\n"):]
+    table = table[:table.index("\n## ", 1)]
+    missing = sorted(n for n in _settings_read() if f"`{n}`" not in table)
+    assert not missing, f"README's configuration table does not name {missing}"

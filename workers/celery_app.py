@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Any
@@ -53,6 +54,16 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
         outcome = runtime().executor().run(job_id)
         # Celery's own line already carries the outcome; say more only when the job did not complete.
         log.log(logging.DEBUG if outcome == "completed" else logging.INFO, "job %s: %s", job_id, outcome)
-        return celery_outcome(outcome)
+        if outcome == "completed":
+            return outcome
+        return celery_outcome(outcome, functools.partial(_error_message, runtime(), job_id),
+                              functools.partial(self.send_event, "task-revoked", terminated=False, expired=False))
 
     return app
+
+
+def _error_message(runtime: Runtime, job_id: str) -> str | None:
+    """A failed job's own error message, for Flower (read only when a job failed)."""
+    record = runtime.store.get(job_id)
+    error = record.error if record is not None else None
+    return str(error.get("message")) if error and error.get("message") else None

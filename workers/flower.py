@@ -1,33 +1,89 @@
 """What Flower shows for a job: the runner's Celery outcome follows our state through the one table.
 
 The runner task returns normally whatever happened to the job, so Celery would call every run a
-SUCCESS. For a job that ended `failed`, the runner instead raises `JobFailedOutcome`, an expected
-exception (declared in the task's `throws`, so it is logged in one line without a traceback, and
-the message is acked): Celery then emits `task-failed` and Flower shows FAILURE, as `CELERY_STATES`
-says it should. The job's record in Redis stays the source of truth; this only changes the display.
+SUCCESS. Instead, at the one spot where the runner reports its outcome:
+
+- a job that ended `failed` raises `JobFailedOutcome` carrying the job's own error message, an
+  expected exception (declared in the task's `throws`, so it is logged in one line without a
+  traceback, and the message is acked): Celery emits `task-failed` and Flower shows FAILURE with it;
+- a job that ended `cancelled` sends `task-revoked` and raises Celery's `Ignore` (the message is
+  acked, no success is reported): Flower shows REVOKED.
+
+The job's record in Redis stays the source of truth; this only changes the display.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from tasks_backend.domain import JobState
+from celery.exceptions import Ignore
+
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.states import CELERY_STATES
 
 
 class JobFailedOutcome(Exception):
-    """The job this run executed ended `failed` (its error is in the job record, not here)."""
+    """The job this run executed ended `failed`; the message is the job's own error message."""
 
 
 _STATE_VALUES = frozenset(s.value for s in JobState)
 
 
-def celery_outcome(outcome: str) -> str:
-    """Return the runner's outcome, or raise when our state maps to Celery's FAILURE."""
+def celery_outcome(outcome: str, error_message: Callable[[], str | None],
+                   revoked: Callable[[], object]) -> str:
+    """Return the runner's outcome, or raise what makes Celery report our state as the table maps it.
+    `error_message` reads the failed job's message; `revoked` announces the revocation (an event)."""
     state = JobState(outcome) if outcome in _STATE_VALUES else None
-    if state is not None and "FAILURE" in CELERY_STATES[state]:
-        raise JobFailedOutcome(f"job {state.value}; see its record for the error")
+    if state is None:
+        return outcome
+    if "FAILURE" in CELERY_STATES[state]:
+        raise JobFailedOutcome(error_message() or f"job {state.value}")
+    if "REVOKED" in CELERY_STATES[state]:
+        revoked()
+        raise Ignore(f"job {state.value}")
     return outcome
+
+
+log = logging.getLogger(__name__)
+
+
+def describe_progress(record: JobRecord) -> str | None:
+    """'5/10 slept 1.5s of 3s': how a running job's progress reads in Flower's result column."""
+    if record.progress is None and not record.status_message:
+        return None
+    done = "" if record.progress is None else f"{record.progress:g}" + (
+        "" if record.total is None else f"/{record.total:g}")
+    return " ".join(part for part in (done, record.status_message or "") if part)
+
+
+def progress_display(settings: Settings | None = None) -> Callable[[Any], Any]:
+    """Flower's `format_task`: a running job's progress, read from its record, shown as its result.
+
+    Workers send Celery no events while a job runs (progress is written to the job's record, which every
+    API reads); Flower asks the record when it draws a page, for the jobs it shows as STARTED only."""
+    holder: dict[str, Any] = {}
+
+    def format_task(task: Any) -> Any:
+        if getattr(task, "state", None) != "STARTED" or not getattr(task, "uuid", None):
+            return task
+        try:
+            if "store" not in holder:
+                from tasks_backend.runtime import build_runtime
+
+                holder["store"] = build_runtime(settings).store
+            record = holder["store"].get(task.uuid)
+        except Exception:  # a page must draw even when Redis does not answer
+            log.debug("no progress for %s", task.uuid, exc_info=True)
+            return task
+        shown = describe_progress(record) if record is not None else None
+        if shown:
+            task.result = shown
+        return task
+
+    return format_task
 
 
 #: Where Flower listens unless `FLOWER_ADDRESS` says otherwise: loopback, so that only a proxy or a

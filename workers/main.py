@@ -12,11 +12,12 @@ from tasks_backend.config import Settings
 
 from . import push
 from .celery_app import create_celery
-from .flower import guard_metrics
+from .flower import guard_metrics, progress_display
 
 
-def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> int:
-    """Run a worker until it stops; return its exit status (non-zero when it gave up, e.g. on the broker)."""
+def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, quiet: bool = False) -> int:
+    """Run a worker until it stops; return its exit status (non-zero when it gave up, e.g. on the broker).
+    `quiet` leaves out Celery's start-up banner."""
     settings = settings or Settings.from_env()
     app = create_celery(settings)
     push.install(app, settings)
@@ -30,12 +31,15 @@ def start_worker(argv: Sequence[str] = (), settings: Settings | None = None) -> 
             started.append(sender)
 
     signals.worker_init.connect(keep, weak=False)
-    app.worker_main(["worker", "-Q", settings.queue, "--loglevel=INFO", *argv])
+    app.worker_main([*(["--quiet"] if quiet else []), "worker", "-Q", settings.queue, "--loglevel=INFO", *argv])
     return int(started[0].exitcode or 0) if started else 0  # not started: only printed help
 
 
 def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> None:
+    from flower.options import options  # defines Flower's options (format_task among them)
+
     guard_metrics()
+    options.format_task = progress_display(settings)  # a `--format_task` given on the command line wins
     app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])
 

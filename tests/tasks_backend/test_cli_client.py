@@ -15,9 +15,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from cli import main
+from cli.client_commands import EXIT_INPUT_REQUIRED, parse_pairs
 from tasks_backend.auth import parse_token_file, token_digest
-from tasks_backend.cli import main
-from tasks_backend.cli_client import EXIT_INPUT_REQUIRED, parse_pairs
 from tasks_backend.logs import JsonFormatter
 from tests.conftest import wait_until
 
@@ -161,7 +161,7 @@ def test_token_add_prints_once_and_stores_a_digest(tmp_path: Path, flask_app: An
 
 def test_the_installed_command_runs(worker: Any, live_url: str, user: tuple[str, str]) -> None:
     env = {**os.environ, "TASKS_BACKEND_URL": live_url, "TASKS_BACKEND_TOKEN": user[1]}
-    proc = subprocess.run([sys.executable, "-m", "tasks_backend.cli", "submit", "test.noop", "--wait"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "cli", "submit", "test.noop", "--wait"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"ok": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import httpx
 
 from tasks_backend.embedded import free_port
 from tests.conftest import wait_until
-from tests.support.procs import ROOT, service_pids, wait_for_http
+from tests.support.procs import ROOT, service_pids
 
 
 def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
@@ -24,14 +25,23 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
     env.update({"PORT": str(port), "FLOWER_PORT": str(flower_port), "LOG_FORMAT": "text"})
     log = tmp_path / "run.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir",
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "run", "--data-dir",
                                  str(tmp_path / "data")], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        token = wait_until(lambda: (m := re.search(r"export TOKEN=(\S+)", log.read_text())) and m.group(1), 30,
-                           message="the banner with a development token")
+        token = wait_until(lambda: (m := re.search(r"export TASKS_BACKEND_TOKEN=(\S+)", log.read_text()))
+                           and m.group(1), 60, message="the banner with a development token")
         base = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{base}/readyz", proc, log, 60, "the web process")
+        # The banner comes once every child answers, so the web app serves at once, and it is not buried in
+        # what only a deployment's operators need: Celery's banner, its root warning, Flower's inspect failures.
+        assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+        text = log.read_text()
+        assert text.count("tasks-backend is ready on") == 1
+        assert f"  export TASKS_BACKEND_URL={base}\n" in text
+        assert re.search(r"\n  export REDIS_URL=redis://127\.0\.0\.1:\d+/0\n", text)
+        assert re.search(r"\n  source \S+/bin/activate\n", text)
+        for noise in ("-------------- celery@", "SecurityWarning", "Inspect method"):
+            assert noise not in text
         headers = {"Authorization": f"Bearer {token}"}
         job = httpx.post(f"{base}/v1/jobs", json={"operation": "demo.sleep", "params": {"seconds": 0.2}},
                          headers=headers, timeout=10)
@@ -70,6 +80,22 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "redis").is_dir()
 
 
+def test_run_refuses_a_port_in_use(tmp_path: Path) -> None:
+    """A taken port is named before anything starts (no token, no Redis), and the exit status says so."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TASKS_BACKEND_", "REDIS_URL"))}
+        env.update({"PORT": str(port), "FLOWER_PORT": str(free_port())})
+        done = subprocess.run([sys.executable, "-m", "cli", "run", "--data-dir", str(tmp_path / "data")], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert re.fullmatch(rf"port {port} is in use; set PORT=<a free port> \(for example PORT=\d+\)\n", done.stderr)
+    assert done.stdout == ""
+    assert not (tmp_path / "data").exists()
+
+
 def _get(url: str, headers: dict[str, str]) -> str | None:
     try:
         reply = httpx.get(url, headers=headers, timeout=5)
@@ -91,3 +117,17 @@ def _group_alive(pgid: int) -> bool:
     except AssertionError:
         return True
     return False
+
+
+def test_the_pasted_block_exports_a_token_only_when_there_is_one_to_paste() -> None:
+    from cli.run import Banner, _first_token
+
+    assert _first_token("ops:s3cret, me:other") == "s3cret"
+    assert _first_token("") is None
+    common = {"port": "8000", "flower_port": "5555", "flower_auth": "admin:pw",
+              "redis_url": "redis://127.0.0.1:6379/0", "embedded": False}
+    shown = Banner(token="s3cret", **common).render(1.0)
+    assert "\n  export TASKS_BACKEND_TOKEN=s3cret\n" in shown
+    assert "\n  export REDIS_URL=redis://127.0.0.1:6379/0\n" in shown
+    # Tokens from a file or JWTs: a line that does nothing when pasted, rather than one bash cannot parse.
+    assert "\n  # export TASKS_BACKEND_TOKEN=<a token of yours>\n" in Banner(token=None, **common).render(1.0)

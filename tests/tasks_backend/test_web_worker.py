@@ -32,7 +32,7 @@ ANSWER_WITHIN = 8.0
 def start_web(redis_url_base: str, log: Path, **env: str) -> tuple[Proc, str]:
     settings = make_settings(redis_url_base)
     port = free_port()
-    proc = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
+    proc = Proc([sys.executable, "-m", "cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
                 settings_env(settings, TASKS_BACKEND_TOKENS="alice:alice-token", TASKS_BACKEND_SSE_MAX="60",
                              TASKS_BACKEND_MAX_STREAMS="1000",
                              TASKS_BACKEND_HEADER_TIMEOUT=str(HEADER_TIMEOUT),

@@ -151,7 +151,7 @@ def flower_proc(sentinel_group: SentinelGroup, tmp_path: Path) -> Iterator[dict[
     log_path = tmp_path / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"], env=env, stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "flower"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -170,7 +170,7 @@ def test_the_primary_killed_under_load_loses_no_accepted_job(sentinel_group: Sen
     settings: Settings = flower_proc["settings"]
     rt = build_runtime(settings)
     port = free_port()
-    web = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
+    web = Proc([sys.executable, "-m", "cli", "web", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
                settings_env(settings, TASKS_BACKEND_TOKENS=settings.tokens or ""), tmp_path / "web.log")
     procs = [web, *(worker_process(settings, tmp_path / f"worker{i}.log", concurrency=2) for i in (1, 2)),
              sweeper_process(settings, tmp_path / "sweeper.log")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from tasks_backend.runtime import Runtime
 from tasks_backend.states import CELERY_STATES
 from tests.conftest import wait_until
 from tests.support.procs import settings_env, wait_for_http
-from workers.flower import celery_outcome, flower_argv
+from workers.flower import celery_outcome, describe_progress, flower_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"],
+        proc = subprocess.Popen([sys.executable, "-m", "cli", "flower"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
@@ -83,23 +84,70 @@ def test_flower_lists_a_finished_job_under_its_operation_name(worker: Any, runti
     assert page.status_code == 200 and "demo.export" in page.text
 
 
-def test_a_failed_job_shows_as_failure(worker: Any, runtime: Runtime, flower: dict[str, Any]) -> None:
+def _flower_task(flower: dict[str, Any], job_id: str, states: tuple[str, ...]) -> dict[str, Any] | None:
+    for _ in range(50):  # the worker's last event may trail the record by a moment
+        task = httpx.get(f"{flower['url']}/api/task/info/{job_id}", auth=flower["auth"], timeout=10)
+        info = task.json() if task.status_code == 200 else {}
+        if info.get("state") in states:
+            return dict(info)
+        time.sleep(0.1)
+    return None
+
+
+def test_a_failed_job_shows_as_failure_with_its_own_message(worker: Any, runtime: Runtime,
+                                                             flower: dict[str, Any]) -> None:
     principal = Principal("flower-viewer")
 
-    def final_state() -> str | None:
-        record, _ = runtime.service.submit(principal, "demo.fail", {"message": "boom"})
+    def final() -> dict[str, Any] | None:
+        record, _ = runtime.service.submit(principal, "demo.fail", {"message": "the disk is full"})
         assert runtime.service.wait(principal, record.id, 30).state is JobState.FAILED
-        for _ in range(50):  # the worker's last event may trail the record by a moment
-            task = httpx.get(f"{flower['url']}/api/task/info/{record.id}", auth=flower["auth"], timeout=10)
-            state = task.json().get("state") if task.status_code == 200 else None
-            if state in ("FAILURE", "SUCCESS"):
-                return str(state)
-            time.sleep(0.1)
-        return None
+        return _flower_task(flower, record.id, ("FAILURE", "SUCCESS"))
 
-    assert wait_until(final_state, 90, interval=0.5, message="Flower to see a job end") == "FAILURE"
-    assert celery_outcome("completed") == "completed"
+    task = wait_until(final, 90, interval=0.5, message="Flower to see a job end")
+    assert task["state"] == "FAILURE"
+    assert "the disk is full" in task["exception"]
+    assert celery_outcome("completed", lambda: None, lambda: None) == "completed"
     assert CELERY_STATES[JobState.FAILED] == ("FAILURE",)
+
+
+def test_a_job_cancelled_while_running_shows_as_revoked(worker: Any, runtime: Runtime,
+                                                        flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+
+    def final() -> dict[str, Any] | None:
+        record, _ = runtime.service.submit(principal, "demo.sleep", {"seconds": 20, "steps": 200})
+        wait_until(lambda: runtime.service.get(principal, record.id).state is JobState.RUNNING, 30,
+                   message="the job to run")
+        runtime.service.cancel(principal, record.id)
+        # The worker reports when it stops, at its next cancellation point.
+        return _flower_task(flower, record.id, ("REVOKED", "SUCCESS", "FAILURE"))
+
+    task = wait_until(final, 90, interval=0.5, message="Flower to see a cancelled job end")
+    assert task["state"] == "REVOKED"
+    assert CELERY_STATES[JobState.CANCELLED] == ("REVOKED",)
+
+
+def test_a_running_job_shows_its_progress(worker: Any, runtime: Runtime, flower: dict[str, Any]) -> None:
+    principal = Principal("flower-viewer")
+    jobs: list[str] = []
+
+    def shown() -> bool:
+        record, _ = runtime.service.submit(principal, "demo.sleep", {"seconds": 30, "steps": 300})
+        jobs.append(record.id)
+        wait_until(lambda: runtime.service.get(principal, record.id).progress is not None, 30,
+                   message="the job to report progress")
+        try:
+            for _ in range(50):  # Flower sees the job start once the worker's event reaches it
+                page = httpx.get(f"{flower['url']}/task/{record.id}", auth=flower["auth"], timeout=10)
+                if page.status_code == 200 and re.search(r"\d+/300 slept [\d.]+s of 30s", page.text):
+                    return True
+                time.sleep(0.1)
+            return False
+        finally:
+            runtime.service.cancel(principal, record.id)
+
+    wait_until(shown, 90, interval=0.5, message="Flower to show a running job's progress")
+    assert describe_progress(runtime.store.get(jobs[-1])) is not None
 
 
 def test_flower_logs_carry_no_secret(flower: dict[str, Any]) -> None:

@@ -29,9 +29,9 @@ from rich.progress import (
 )
 from rich.table import Column, Table
 
-from .auth import token_digest
-from .client import DEFAULT_URL, Client, Job, ServerUnreachable
-from .errors import TasksBackendError, Unauthenticated
+from tasks_backend.auth import token_digest
+from tasks_backend.client import DEFAULT_URL, Client, Job, ServerUnreachable
+from tasks_backend.errors import TasksBackendError, Unauthenticated
 
 F = TypeVar("F", bound=Callable[..., Any])
 

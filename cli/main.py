@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import functools
+import logging
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import threading
-from pathlib import Path
+import warnings
 
 import click
 
-from .cli_client import register_client_commands
-from .embedded import EmbeddedRedis, die_with_parent, free_port
-from .logs import configure_logging
-from .supervisor import Supervisor
+from tasks_backend.logs import configure_logging
+
+from .client_commands import register_client_commands
+from .run import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,8 +25,11 @@ def main() -> None:
     configure_logging()
 
 
-def _python(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tasks_backend.cli", *args]
+def _quiet() -> bool:
+    """Under `run` (one terminal for everything) the children leave out what only operators of a
+    deployment need to see: Celery's banner, its warning about running as root, Flower's complaints
+    about workers that have not answered yet."""
+    return os.environ.get("TASKS_BACKEND_DEV") == "1"
 
 
 @main.command()
@@ -63,15 +65,19 @@ def web(workers: int, connections: int, threads: int | None, bind: str | None) -
 @click.pass_context
 def worker(ctx: click.Context) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`)."""
+    from celery.exceptions import SecurityWarning
+
     from workers.main import start_worker
 
-    sys.exit(start_worker(ctx.args))
+    if _quiet():
+        warnings.filterwarnings("ignore", category=SecurityWarning)
+    sys.exit(start_worker(ctx.args, quiet=_quiet()))
 
 
 @main.command()
 def sweeper() -> None:
     """Run the sweeper loop (safe to run on several machines)."""
-    from .runtime import build_runtime
+    from tasks_backend.runtime import build_runtime
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -88,72 +94,12 @@ def flower(ctx: click.Context) -> None:
 
     if not os.environ.get("FLOWER_BASIC_AUTH") and os.environ.get("TASKS_BACKEND_DEV") != "1":
         raise click.ClickException("FLOWER_BASIC_AUTH=user:password is required outside development.")
+    if _quiet():
+        logging.getLogger("flower.inspector").setLevel(logging.CRITICAL)
     start_flower(flower_argv(os.environ, ctx.args))
 
 
-@main.command()
-@click.option("--data-dir", default=".tasks-backend", show_default=True, help="where the embedded Redis keeps its AOF")
-def run(data_dir: str) -> None:
-    """Start everything on this machine: Redis (embedded unless REDIS_URL or Sentinels are set), web, worker,
-    sweeper, Flower."""
-    env = dict(os.environ)
-    env["TASKS_BACKEND_DEV"] = "1"
-    redis_server: EmbeddedRedis | None = None
-    if not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS"):
-        path = Path(data_dir, "redis")
-        path.mkdir(parents=True, exist_ok=True)
-        redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
-        env["REDIS_URL"] = redis_server.url
-    token = None
-    if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
-            or env.get("TASKS_BACKEND_JWT_SECRET") or env.get("TASKS_BACKEND_JWT_PUBLIC_KEY")):
-        token = secrets.token_urlsafe(24)
-        env["TASKS_BACKEND_TOKENS"] = f"dev:{token}"
-    env.setdefault("FLOWER_BASIC_AUTH", f"admin:{secrets.token_urlsafe(12)}")
-    port = env.setdefault("PORT", "8000")
-    flower_port = env.setdefault("FLOWER_PORT", "5555")
-
-    supervisor = Supervisor()
-    supervisor.install_signal_handlers()
-    if redis_server is not None:
-        assert redis_server.process is not None
-        supervisor.add("redis", redis_server.spawn, redis_server.process, stop_last=True)
-    commands = {
-        "web": _python("web", "--bind", f"127.0.0.1:{port}"),
-        "worker": _python("worker", "--concurrency", "2"),
-        "sweeper": _python("sweeper"),
-        "flower": _python("flower", "--address=127.0.0.1"),
-    }
-    for name, argv in commands.items():
-        supervisor.add(name, functools.partial(_spawn, argv, env))
-    _banner(port, flower_port, token, env["FLOWER_BASIC_AUTH"], redis_server)
-    supervisor.run()
-
-
-def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # A `run` that is killed outright takes its children with it (Linux), as it does the embedded Redis.
-    return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
-
-
-def _banner(port: str, flower_port: str, token: str | None, flower_auth: str, server: EmbeddedRedis | None) -> None:
-    shown = token or "<one of your TASKS_BACKEND_TOKENS>"
-    lines = [
-        "",
-        f"tasks-backend is starting on http://127.0.0.1:{port}",
-        f"  Redis:  {server.url + ' (embedded)' if server else 'REDIS_URL'}",
-        f"  Flower: http://127.0.0.1:{flower_port}  (basic auth {flower_auth})",
-        f"  Token:  {shown}" + ("  (development token, made for this run)" if token else ""),
-        "",
-        "Try:",
-        f"  export TOKEN={shown}",
-        f"  curl -s -X POST http://127.0.0.1:{port}/v1/jobs -H \"Authorization: Bearer $TOKEN\" \\",
-        "       -H 'Content-Type: application/json' -d '{\"operation\": \"demo.sleep\", \"params\": {\"seconds\": 5}}'",
-        f"  curl -s http://127.0.0.1:{port}/v1/jobs/<taskId> -H \"Authorization: Bearer $TOKEN\"",
-        "",
-    ]
-    click.echo("\n".join(lines))
-
-
+main.add_command(run)
 register_client_commands(main)
 
 if __name__ == "__main__":

@@ -1,0 +1,218 @@
+"""`tasks-backend run` (what `make run` calls): the whole system on this machine, supervised.
+
+It checks its ports before starting anything, starts an embedded Redis unless `REDIS_URL` is set, then the
+web app, a worker, the sweeper and Flower; once every one of them answers it prints one "ready" line and a
+block to paste into another terminal (activate the environment, export `TASKS_BACKEND_URL`,
+`TASKS_BACKEND_TOKEN` and `REDIS_URL`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from tasks_backend.config import Settings
+from tasks_backend.embedded import EmbeddedRedis, die_with_parent, free_port
+from tasks_backend.supervisor import Supervisor
+
+#: How often the readiness probes run while the children start.
+PROBE_INTERVAL_S = 0.25
+#: After this long without every child answering, say which ones are still missing (and keep waiting).
+SLOW_START_S = 60.0
+
+
+def python_argv(*args: str) -> list[str]:
+    """This program, run by this interpreter (so a child uses the same environment)."""
+    return [sys.executable, "-m", "cli", *args]
+
+
+@click.command()
+@click.option("--data-dir", default=".tasks-backend", show_default=True, help="where the embedded Redis keeps its AOF")
+def run(data_dir: str) -> None:
+    """Start everything on this machine: Redis (embedded unless REDIS_URL or Sentinels are set), web, worker,
+    sweeper, Flower."""
+    env = dict(os.environ)
+    env["TASKS_BACKEND_DEV"] = "1"
+    port = env.setdefault("PORT", "8000")
+    flower_port = env.setdefault("FLOWER_PORT", "5555")
+    taken = ports_in_use({"PORT": port, "FLOWER_PORT": flower_port})
+    if taken:
+        # Before any token is made or any child started: a server that cannot bind would never come up.
+        for name, number in taken:
+            click.echo(f"port {number} is in use; set {name}=<a free port> (for example {name}={free_port()})",
+                       err=True)
+        sys.exit(1)
+    redis_server: EmbeddedRedis | None = None
+    if not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS"):
+        path = Path(data_dir, "redis")
+        path.mkdir(parents=True, exist_ok=True)
+        redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
+        env["REDIS_URL"] = redis_server.url
+    # The token the pasted block exports: one made for this run, else the first static token configured.
+    token = _first_token(env.get("TASKS_BACKEND_TOKENS", ""))
+    if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
+            or env.get("TASKS_BACKEND_JWT_SECRET") or env.get("TASKS_BACKEND_JWT_PUBLIC_KEY")):
+        token = secrets.token_urlsafe(24)
+        env["TASKS_BACKEND_TOKENS"] = f"dev:{token}"
+    env.setdefault("FLOWER_BASIC_AUTH", f"admin:{secrets.token_urlsafe(12)}")
+
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    if redis_server is not None:
+        assert redis_server.process is not None
+        supervisor.add("redis", redis_server.spawn, redis_server.process, stop_last=True)
+    commands = {
+        "web": python_argv("web", "--bind", f"127.0.0.1:{port}"),
+        "worker": python_argv("worker", "--concurrency", "2"),
+        "sweeper": python_argv("sweeper"),
+        "flower": python_argv("flower", "--address=127.0.0.1"),
+    }
+    for name, argv in commands.items():
+        supervisor.add(name, functools.partial(_spawn, argv, env))
+    banner = Banner(port=port, flower_port=flower_port, token=token, flower_auth=env["FLOWER_BASIC_AUTH"],
+                    redis_url=env.get("REDIS_URL") or Settings.from_env(env).redis_url, embedded=redis_server is not None)
+    probes = readiness_probes(env, port, flower_port, supervisor)
+    threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
+                     name="readiness").start()
+    supervisor.run()
+
+
+def _first_token(tokens: str) -> str | None:
+    """The token of the first `principal:token` pair of TASKS_BACKEND_TOKENS, if any."""
+    first = tokens.split(",", 1)[0].strip()
+    return first.partition(":")[2].strip() or None
+
+
+def ports_in_use(ports: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The (variable, port) pairs that something on this machine already listens on."""
+    taken = []
+    for name, number in ports.items():
+        with socket.socket() as probe:
+            # As the servers will bind: SO_REUSEADDR, so a port in TIME_WAIT counts as free and a listener does not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", int(number)))
+            except OSError:
+                taken.append((name, number))
+    return taken
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # A `run` that is killed outright takes its children with it (Linux), as it does the embedded Redis.
+    return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
+
+
+# -- readiness ---------------------------------------------------------------------------------------
+Probe = Callable[[], bool]
+
+
+def readiness_probes(env: Mapping[str, str], port: str, flower_port: str,
+                     supervisor: Supervisor) -> dict[str, Probe]:
+    """One check per child, each true once that child serves: the web app's `/readyz` (Redis and broker
+    reachable), a Celery ping the worker answers, Flower's `/healthcheck`, the sweeper's process alive."""
+    settings = Settings.from_env(env)
+
+    def web() -> bool:
+        return _answers(f"http://127.0.0.1:{port}/readyz")
+
+    def flower() -> bool:
+        return _answers(f"http://127.0.0.1:{flower_port}/healthcheck")
+
+    celery: list[Any] = []  # one app (and broker connection pool) for every ping, made at the first
+
+    def worker() -> bool:
+        from workers.celery_app import create_celery
+
+        with contextlib.suppress(Exception):  # the broker may not be up yet either
+            if not celery:
+                celery.append(create_celery(settings, consumer=False))
+            return bool(celery[0].control.ping(timeout=1.0))
+        return False
+
+    def sweeper() -> bool:
+        child = next(c for c in supervisor.children if c.name == "sweeper")
+        return child.proc is not None and child.proc.poll() is None
+
+    return {"web": web, "worker": worker, "sweeper": sweeper, "flower": flower}
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _announce_when_ready(probes: dict[str, Probe], banner: Banner, stopping: threading.Event) -> None:
+    started = time.monotonic()
+    waiting = dict(probes)
+    warned = False
+    while waiting and not stopping.is_set():
+        for name, probe in list(waiting.items()):
+            if probe():
+                del waiting[name]
+        if waiting and not warned and time.monotonic() - started > SLOW_START_S:
+            warned = True
+            click.echo(f"still waiting for {', '.join(waiting)} to answer…", err=True)
+        stopping.wait(PROBE_INTERVAL_S if waiting else 0)
+    if not stopping.is_set():
+        click.echo(banner.render(time.monotonic() - started))
+
+
+@dataclass(frozen=True)
+class Banner:
+    port: str
+    flower_port: str
+    token: str | None
+    flower_auth: str
+    redis_url: str
+    embedded: bool
+
+    def render(self, elapsed_s: float) -> str:
+        url = f"http://127.0.0.1:{self.port}"
+        user, _, password = self.flower_auth.partition(":")
+        lines = [
+            "",
+            f"tasks-backend is ready on {url} (web, worker, sweeper and Flower answered in {elapsed_s:.1f}s)",
+            f"  Redis:    {self.redis_url}" + ("  (embedded)" if self.embedded else ""),
+            f"  Web page: {url}/ui",
+            f"  Flower:   http://127.0.0.1:{self.flower_port}  (user {user}, password {password})",
+            "  Stop everything with Ctrl-C.",
+            "",
+            "In another terminal, in this directory, paste:",
+            "",
+        ]
+        activate = _activate_script()
+        if activate:
+            lines.append(f"  source {activate}")
+        lines.append(f"  export TASKS_BACKEND_URL={url}")
+        if self.token:
+            lines.append(f"  export TASKS_BACKEND_TOKEN={self.token}")
+        else:  # tokens from a file or JWTs: only their owner has one to paste
+            lines.append("  # export TASKS_BACKEND_TOKEN=<a token of yours>")
+        lines += [f"  export REDIS_URL={self.redis_url}", ""]
+        return "\n".join(lines)
+
+
+def _activate_script() -> str | None:
+    """The environment this program runs in, as a path to paste (relative when it is under this directory)."""
+    if sys.prefix == sys.base_prefix:
+        return None
+    script = Path(sys.prefix, "bin", "activate")
+    with contextlib.suppress(ValueError):
+        return str(script.relative_to(Path.cwd()))
+    return str(script)
