@@ -84,7 +84,8 @@ def run(data_dir: str) -> None:
     for name, argv in commands.items():
         supervisor.add(name, functools.partial(_spawn, argv, env))
     banner = Banner(port=port, flower_port=flower_port, token=token, flower_auth=env["FLOWER_BASIC_AUTH"],
-                    redis_url=env.get("REDIS_URL") or Settings.from_env(env).redis_url, embedded=redis_server is not None)
+                    redis_url=env.get("REDIS_URL") or Settings.from_env(env).redis_url,
+                    embedded=redis_server is not None)
     probes = readiness_probes(env, port, flower_port, supervisor)
     threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
                      name="readiness").start()
