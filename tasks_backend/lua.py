@@ -174,15 +174,19 @@ return {'ok', cur[1], now}
 """
 
 # ARGV: request id, lease ms, worker name, max attempts, exhausted error json.
-# Returns {outcome, token[, the claimed record as HGETALL]}: ok | missing | terminal | parked | busy |
-# exhausted. A running job whose lease lapsed may be claimed again (its worker is fenced by the new token).
+# Returns {outcome, token[, the job hash as HGETALL read it, the name/value pairs the claim wrote]}: ok |
+# missing | terminal | parked | busy | exhausted (on "ok" the caller lays the second list over the first,
+# and drops `msg`, `mark` and `gone`; a replayed "ok" carries the hash as written, and no second list).
+# A running job whose lease lapsed may be claimed again (its worker is fenced by the new token).
+# The reply carries the hash as read rather than a rebuilt record: turning Lua tables into a reply
+# costs Redis more per element than anything else here.
 CLAIM = r"""
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local h = {}
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 local again = replayed(h.rq, ARGV[1])
-if again == 'ok' then return {'ok', h.token, flat} end
+if again == 'ok' then return {'ok', h.token, flat, {}} end
 if again then return {again, 0} end
 local state = h.state
 if in_csv(state, $TERMINAL) then return {'terminal', 0} end
@@ -201,22 +205,15 @@ if attempts > tonumber(ARGV[4]) then
   return {'exhausted', 0}
 end
 local token = tostring(tonumber(h.token or 0) + 1)
-local claimed = {state = $RUNNING, updated = ms(now), token = token, lease = ms(now + tonumber(ARGV[2])),
-                 attempts = tostring(attempts), worker = ARGV[3], rq = ARGV[1] .. ' ok'}
-local sets = {}
-for name, value in pairs(claimed) do
-  h[name] = value; table.insert(sets, name); table.insert(sets, value)
-end
+local stamp = ms(now)
+local sets = {'state', $RUNNING, 'updated', stamp, 'token', token, 'lease', ms(now + tonumber(ARGV[2])),
+              'attempts', tostring(attempts), 'worker', ARGV[3], 'rq', ARGV[1] .. ' ok'}
 redis.call('HSET', KEYS[1], unpack(sets))
 -- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply, and the
 -- sweeper's mark of where the last message stood in the queue belongs to the last time it was queued.
-if h.msg or h.mark or h.gone then
-  redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone'); h.msg = nil; h.mark = nil; h.gone = nil
-end
-feed(ms(now), $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
-local record = {}
-for name, value in pairs(h) do table.insert(record, name); table.insert(record, value) end
-return {'ok', token, record}
+if h.msg or h.mark or h.gone then redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone') end
+feed(stamp, $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
+return {'ok', token, flat, sets}
 """
 
 # ARGV: token, lease ms. Returns 1 if the run was cancelled, 0 carry on, -1 lost. Applied twice, the

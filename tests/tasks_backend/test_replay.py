@@ -135,6 +135,20 @@ def test_claim_and_transition_applied_twice_report_their_first_outcome(runtime: 
     assert store.get(record.id).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_replayed(runtime: Runtime) -> None:
+    """The claim answers with the hash it read and the fields it wrote; laid together they must be the
+    stored job, also for a job carrying notes of an earlier queueing that the claim removes."""
+    store = runtime.store
+    record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
+    store.redis.hset(store.keys.job(record.id), mapping={"msg": "Input received; resuming.", "mark": "7", "gone": "1"})
+    claims = [store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="c")
+              for _ in range(2)]
+    stored = store.get(record.id)
+    assert stored is not None and stored.state is JobState.RUNNING and stored.status_message is None
+    assert {"mark", "gone", "msg"}.isdisjoint(store.redis.hgetall(store.keys.job(record.id)))
+    assert claims[0] == claims[1] == ("ok", stored)
+
+
 def test_create_applied_twice_makes_one_job_and_keeps_its_idempotency_key(runtime: Runtime) -> None:
     store = runtime.store
     job_id = "00000000-0000-4000-8000-00000000feed"
