@@ -46,11 +46,11 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
         pool = self.pool  # a new pool after the channel reconnects: a new client with it
         client = self._sync_client
         if client is None or client.connection_pool is not pool:
-            client = self._sync_client = super()._create_client()
+            client = self._sync_client = super()._create_client()  # type: ignore[misc]
         return client
 
 
