@@ -76,6 +76,7 @@ class Bench:
         self.running: dict[str, procs.Proc] = {}
         self.rows: list[Row] = []
         self.retained = 0
+        self.http_end_to_end = 0.0
 
     # -- processes ---------------------------------------------------------------------
     def up(self, name: str) -> None:
@@ -144,7 +145,7 @@ class Bench:
         ours = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(), ids=ids)
         theirs = Load(self.url["baseline"], path="/hash/%s", ids=ids)
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("poll GET /v1/jobs/{id}", "req/s", ">= 0.9x bare HGETALL route", 0.9, self.plan,
+        self.rows.append(paired("poll GET /v1/jobs/{id}", "req/s", ">= 1.0x bare HGETALL route", 1.0, self.plan,
                                 fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
 
     def submit(self) -> None:
@@ -153,8 +154,18 @@ class Bench:
                     headers={**self.auth(), "Content-Type": "application/json"})
         theirs = Load(self.url["baseline"], method="POST", path="/jobs")
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("submit POST /v1/jobs", "req/s", ">= 1.0x bare apply_async route", 1.0, self.plan,
+        self.rows.append(paired("submit POST /v1/jobs", "req/s", ">= 1.2x bare apply_async route", 1.2, self.plan,
                                 fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+        self.purge_queues()
+        # Every request with an Idempotency-Key never used before: the key is claimed, then the job is
+        # enqueued (after the record, in a second round trip: see JobService.submit). The baseline gets
+        # the same header, which it ignores.
+        keyed = dataclasses.replace(ours, unique_header="Idempotency-Key")
+        theirs_keyed = dataclasses.replace(theirs, unique_header="Idempotency-Key")
+        warm(self.plan, keyed)
+        self.rows.append(paired("submit POST /v1/jobs with an Idempotency-Key", "req/s",
+                                ">= 1.0x bare apply_async route", 1.0, self.plan, fixed(keyed, self.plan),
+                                fixed(theirs_keyed, self.plan), lambda r: r.rps))
         self.purge_queues()
 
     def runner(self) -> None:
@@ -166,6 +177,7 @@ class Bench:
         ours: list[float] = []
         theirs: list[float] = []
         cpu: dict[str, list[dict[str, float]]] = {"product": [], "baseline": []}
+        calls: dict[str, list[dict[str, float]]] = {"product": [], "baseline": []}
         for rep in range(self.plan.runner_reps):
             sides = [("product", ours), ("baseline", theirs)]
             for side, out in sides if rep % 2 == 0 else reversed(sides):
@@ -177,11 +189,13 @@ class Bench:
                     for _ in range(n):
                         bare.apply_async()
                     queue, db, worker = BARE_QUEUE, self.db1, "baseline-worker"
+                self.db0.config_resetstat()
                 rate, per_job = drain_rate(functools.partial(self.queue_length, db, queue), n,
                                            functools.partial(self.up, worker), functools.partial(self.cpu, worker))
                 out.append(rate)
                 cpu[side].append(per_job)
                 self.wait_empty(db, queue)
+                calls[side].append(self.redis_calls(n))
                 self.down(worker)
         ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
 
@@ -189,13 +203,26 @@ class Bench:
             parts = {name: 1e6 * median([c[name] for c in cpu[side]]) for name in ("worker", "pool", "redis")}
             return "/".join(f"{v:.0f}" for v in parts.values())
 
+        def calls_note(side: str) -> str:
+            total = median([sum(c.values()) for c in calls[side]])
+            scripts = median([c.get("evalsha", 0.0) for c in calls[side]])
+            return f"{total:.1f} ({scripts:.1f} scripts)"
+
         self.rows.append(Row("no-op jobs through the runner alone", "jobs/s",
-                             ">= 0.8x bare Celery no-op (prefork -c 2, acks_late, prefetch 1)", median(ours),
-                             median(theirs), median(ratios), median(ratios) >= 0.8,
+                             ">= 1.0x bare Celery no-op (prefork -c 2, acks_late, prefetch 1)", median(ours),
+                             median(theirs), median(ratios), median(ratios) >= 1.0,
                              note=f"CPU us per job, worker main/pool/Redis: {cpu_note('product')}; "
-                                  f"{cpu_note('baseline')}",
+                                  f"{cpu_note('baseline')}. Redis commands per job, a script and each call "
+                                  f"in it counted: {calls_note('product')}; {calls_note('baseline')}",
                              samples={"product": ours, "baseline": theirs, "ratio": ratios,
-                                      "cpu_s_per_job": cpu}))
+                                      "cpu_s_per_job": cpu, "redis_calls_per_job": calls}))
+
+    def redis_calls(self, jobs: int) -> dict[str, float]:
+        """Redis commands per job since the last CONFIG RESETSTAT, by command (Redis counts a script's
+        own calls too)."""
+        stats = self.db0.info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) / jobs for name, v in stats.items()
+                if name not in ("cmdstat_config", "cmdstat_info")}
 
     def cpu(self, worker: str) -> dict[str, float]:
         """CPU seconds used so far by a worker's main process, its pool processes and the Redis server."""
@@ -228,8 +255,10 @@ class Bench:
                       flow={**delay, "BENCH_POLL_PATH": "/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
                             "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.0x bare route + bare Celery",
-                                1.0, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s))
+        row = paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery", 1.2,
+                     self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s)
+        self.http_end_to_end = row.product
+        self.rows.append(row)
 
     def latency(self) -> None:
         """Submit -> running on an idle system: one job at a time, read from the job's own event feed."""
@@ -256,7 +285,7 @@ class Bench:
                 while not (store.get(job["taskId"]) or record).terminal and time.monotonic() < deadline:
                     time.sleep(0.002)
         p50 = median(client_ms)
-        self.rows.append(Row("submit -> job running, idle", "ms p50", "p50 <= 5 ms", p50, passed=p50 <= 5,
+        self.rows.append(Row("submit -> job running, idle", "ms p50", "p50 <= 2 ms", p50, passed=p50 <= 2,
                              p50_ms=p50, p99_ms=percentile(client_ms, 0.99),
                              note=f"server-side (createdAt -> running) p50 {median(server_ms):.1f} ms",
                              samples={"client_ms": client_ms, "server_ms": server_ms}))
@@ -290,9 +319,16 @@ class Bench:
 
         ours_flow = flow_load(self.url["product"], self.auth())
         theirs_flow = flow_load(self.url["fastmcp"], {})
-        self.rows.append(paired("MCP jobs completed end to end", "jobs/s", ">= 5x fastmcp-tasks 4.1.4", 5.0,
-                                plan, flow(ours_flow, plan), flow(theirs_flow, plan),
-                                lambda r: r.jobs_per_s))
+        row = paired("MCP jobs completed end to end", "jobs/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
+                     plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s)
+        self.rows.append(row)
+        if self.http_end_to_end:
+            # Not alternated with the HTTP measure (which ran before, with the bare pair as its baseline):
+            # the medians of the two product rows of this run.
+            own = row.product / self.http_end_to_end
+            self.rows.append(Row("MCP end to end vs the product's HTTP end to end", "jobs/s",
+                                 ">= 0.95x the HTTP row of the same run", row.product, self.http_end_to_end, own,
+                                 own >= 0.95))
         self.down("fastmcp")
 
     def scale(self) -> None:
@@ -317,8 +353,8 @@ class Bench:
         after_mem = self.used_memory()
         per_handle = (after_mem - before_mem) / (self.retained - before_n)
         per_handle_feeds = (with_feeds - before_mem) / (self.retained - before_n)
-        self.rows.append(Row("Redis memory per retained finished handle", "bytes", "<= 600 bytes (small result)",
-                             per_handle, passed=per_handle <= 600,
+        self.rows.append(Row("Redis memory per retained finished handle", "bytes", "<= 500 bytes (small result)",
+                             per_handle, passed=per_handle <= 500,
                              note=f"{per_handle_feeds:.0f} bytes while the event feed is kept (60 s after the end); "
                                   f"{fill.PER_OWNER} handles per owner"))
         picked = [added[i] for i in range(0, len(added), max(1, len(added) // 1000))][:1000]
