@@ -53,18 +53,22 @@ end
 
 -- Append one entry (the job's public state after a change) to its feed. `ckpt` says whether the job
 -- ever recorded a step or an answer (most jobs never do, and then have nothing to delete).
+-- The feed is made with the job and given the job's expiry then, and XADD keeps a key's expiry, so
+-- an entry of a job still going needs no PEXPIREAT: only a feed that is gone (evicted, deleted by hand)
+-- is made again here, and given the expiry with it (NOMKSTREAM: Redis 6.2 or later).
 local function feed(now, state, msg, done, total, exp, terminal, ckpt)
   local entry = {'s', state, 'u', now}
   if msg then table.insert(entry, 'm'); table.insert(entry, msg) end
   if done then table.insert(entry, 'd'); table.insert(entry, done) end
   if total then table.insert(entry, 't'); table.insert(entry, total) end
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
   if terminal then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
     -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
     -- for live subscribers and push deliveries (which retry for up to a minute) to read the final entry.
     if ckpt then redis.call('DEL', KEYS[3], KEYS[4]) end
     redis.call('PEXPIREAT', KEYS[2], math.min(exp, tonumber(now) + 60000))
-  else
+  elseif not redis.call('XADD', KEYS[2], 'NOMKSTREAM', 'MAXLEN', '~', 128, '*', unpack(entry)) then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
     redis.call('PEXPIREAT', KEYS[2], exp)
   end
 end

@@ -149,6 +149,27 @@ def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_repla
     assert claims[0] == claims[1] == ("ok", stored)
 
 
+def test_a_feed_that_is_gone_is_made_again_with_the_jobs_expiry(runtime: Runtime) -> None:
+    """A change of a job still going appends to its feed without renewing the feed's expiry (XADD keeps
+    it); a feed deleted meanwhile comes back with the job's expiry, never without one."""
+    store = runtime.store
+    record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
+    events = store.keys.events(record.id)
+
+    def expires_at(key: str) -> int:  # by Redis's clock (PEXPIRETIME needs Redis 7)
+        seconds, micros = store.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + int(store.redis.pttl(key))
+
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    outcome, claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    assert outcome == "ok" and claimed is not None and store.redis.xlen(events) == 2
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    store.redis.delete(events)
+    assert store.progress(record.id, claimed.token, message="half", done=1, total=2) == 0
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    assert [e.state for e in store.events(record.id, "0", 0)] == [JobState.RUNNING]
+
+
 def test_create_applied_twice_makes_one_job_and_keeps_its_idempotency_key(runtime: Runtime) -> None:
     store = runtime.store
     job_id = "00000000-0000-4000-8000-00000000feed"
