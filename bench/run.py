@@ -27,6 +27,7 @@ from tasks_backend.embedded import EmbeddedRedis, free_port
 from tasks_backend.runtime import Runtime, build_runtime
 
 from . import fill, procs
+from .baselines.a2a_ids import seeded_ids
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
 from .measures import Plan, Row, drain_rate, fixed, flow, median, paired, percentile, warm
@@ -71,7 +72,7 @@ class Bench:
         self.runtime: Runtime = build_runtime(Settings.from_env(self.product_env))
         self.db0 = redis.Redis(port=self.redis.port, db=0)
         self.db1 = redis.Redis(port=self.redis.port, db=1)
-        self.ports = {name: free_port() for name in ("product", "baseline", "fastmcp")}
+        self.ports = {name: free_port() for name in ("product", "baseline", "fastmcp", "a2a-sdk")}
         self.url = {name: f"http://127.0.0.1:{port}" for name, port in self.ports.items()}
         self.running: dict[str, procs.Proc] = {}
         self.rows: list[Row] = []
@@ -96,6 +97,10 @@ class Bench:
             argv = procs.gunicorn(BASELINE_PY, "bench.baselines.fastmcp_server:create_app()", self.ports["fastmcp"],
                                   WEB_WORKERS, worker_class="uvicorn_worker.UvicornWorker")
             env = self.fastmcp_env
+        elif name == "a2a-sdk":
+            argv = procs.gunicorn(BASELINE_PY, "bench.baselines.a2a_sdk_server:create_app()", self.ports["a2a-sdk"],
+                                  WEB_WORKERS, worker_class="uvicorn_worker.UvicornWorker")
+            env = self.baseline_env
         elif name == "product-worker":
             argv = [str(ROOT / ".venv/bin/tasks-backend"), "worker", "--concurrency", "2", "--pool", "prefork"]
             env = self.product_env
@@ -108,7 +113,7 @@ class Bench:
         proc = procs.start(name, argv, env, self.logs)
         self.running[name] = proc
         if name in self.url:
-            procs.wait_http(proc, self.url[name] + "/healthz")
+            procs.wait_http(proc, self.url[name] + ("/.well-known/agent-card.json" if name == "a2a-sdk" else "/healthz"))
 
     def down(self, name: str) -> None:
         proc = self.running.pop(name, None)
@@ -331,6 +336,35 @@ class Bench:
                                  own >= 0.95))
         self.down("fastmcp")
 
+    def a2a(self) -> None:
+        """A2A SendMessage (returnImmediately) and GetTask against the a2a-sdk server with its in-memory store.
+
+        The a2a-sdk server executes its agent in its web processes; the product's worker runs meanwhile, so
+        both sides create and execute. GetTask reads finished tasks: the product's from Redis, the
+        baseline's from each process's memory (every process holds the same seeded tasks)."""
+        self.up("product-worker")
+        self.up("a2a-sdk")
+        headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+        message = {"messageId": "bench-1", "role": "ROLE_USER",
+                   "parts": [{"data": {"operation": "bench.noop", "params": {}}}]}
+        send = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                           "params": {"message": message, "configuration": {"returnImmediately": True}}})
+        ours = Load(self.url["product"], method="POST", path="/a2a", body=send, headers={**headers, **self.auth()})
+        theirs = Load(self.url["a2a-sdk"], method="POST", path="/a2a", body=send, headers=headers)
+        warm(self.plan, ours, theirs)
+        self.rows.append(paired("A2A SendMessage (returnImmediately)", "req/s", ">= 3x a2a-sdk 1.3.0 (in-memory store)",
+                                3.0, self.plan, fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+        self.purge_queues()
+        get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
+        ours = Load(self.url["product"], method="POST", path="/a2a", body=get, headers={**headers, **self.auth()},
+                    ids=self.write_ids("a2a-product", self.finished(1000, owner="bench")))
+        theirs = Load(self.url["a2a-sdk"], method="POST", path="/a2a", body=get, headers=headers,
+                      ids=self.write_ids("a2a-sdk", seeded_ids()))
+        warm(self.plan, ours, theirs)
+        self.rows.append(paired("A2A GetTask", "req/s", ">= 1.0x a2a-sdk 1.3.0 (in-memory store)", 1.0, self.plan,
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+        self.down("a2a-sdk")
+
     def scale(self) -> None:
         """Poll p99 and memory per handle as retained finished handles grow from small to large."""
         for worker in ("product-worker", "baseline-worker"):
@@ -380,7 +414,7 @@ class Bench:
             time.sleep(0.2)
 
 
-MEASURES = ("poll", "submit", "runner", "end_to_end", "mcp", "scale")
+MEASURES = ("poll", "submit", "runner", "end_to_end", "mcp", "a2a", "scale")
 
 
 def machine() -> str:
