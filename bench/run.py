@@ -113,7 +113,8 @@ class Bench:
         proc = procs.start(name, argv, env, self.logs)
         self.running[name] = proc
         if name in self.url:
-            procs.wait_http(proc, self.url[name] + ("/.well-known/agent-card.json" if name == "a2a-sdk" else "/healthz"))
+            ready = "/.well-known/agent-card.json" if name == "a2a-sdk" else "/healthz"
+            procs.wait_http(proc, self.url[name] + ready)
 
     def down(self, name: str) -> None:
         proc = self.running.pop(name, None)

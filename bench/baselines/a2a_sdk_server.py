@@ -24,6 +24,7 @@ from starlette.applications import Starlette
 
 from .a2a_ids import seeded_ids
 
+
 class NoopAgent(AgentExecutor):
     """Completes each task as soon as it runs: the counterpart of the product's `bench.noop`."""
 
