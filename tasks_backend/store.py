@@ -203,6 +203,15 @@ class RedisStore:
             raw = self.redis.hgetall(self.keys.job(job_id))
         return JobRecord.from_hash(job_id, raw) if raw else None
 
+    def get_with(self, job_id: str, key: str) -> tuple[JobRecord | None, str | None]:
+        """The job and the string stored at `key` (one of the job's own keys), in one round trip."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hgetall(self.keys.job(job_id))
+            pipe.get(key)
+            raw, value = pipe.execute()
+        return (JobRecord.from_hash(job_id, raw) if raw else None), (value if isinstance(value, str) else None)
+
     def get_many(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
         if not job_ids:
             return []
