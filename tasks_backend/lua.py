@@ -80,9 +80,10 @@ local function emit(now, terminal)
 end
 
 -- Write the name/value pairs in ARGV from index `from` after the pairs in `sets`, in one HSET; an
--- empty value deletes the field. Returns each named field's new value (false: deleted).
-local function apply_fields(from, sets)
-  local dels, changed = {}, {}
+-- empty value deletes the field, as does each name already in `dels`, in one HDEL. Returns each
+-- named field's new value (false: deleted).
+local function apply_fields(from, sets, dels)
+  local changed = {}
   for i = from, #ARGV, 2 do
     if ARGV[i + 1] == '' then
       table.insert(dels, ARGV[i]); changed[ARGV[i]] = false
@@ -153,6 +154,11 @@ return false
 # ARGV: request id, token ('' = not fenced), target state, allowed source states csv, owner ('' = any),
 #       then name/value pairs.
 # Returns {outcome, state before, time of the change}: ok | missing | fenced | cancelled | illegal.
+#
+# A completion by a token's holder keeps no reply record, and drops the claim's: only the holder of the
+# current token can complete a job (no sweep, claim or cancel completes one, and each of them that moves
+# the job on moves the token or the state), so a replay that finds the job completed under its own token
+# is that completion applied before, and answers as it did. Every finished job is then one field shorter.
 TRANSITION = r"""
 local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner', 'msg', 'done', 'total', 'created', 'ttl',
                        'ckpt', 'ctok', 'rq', 'updated')
@@ -160,14 +166,22 @@ if not cur[1] then return {'missing', '', 0} end
 if ARGV[5] ~= '' and cur[3] ~= ARGV[5] then return {'missing', '', 0} end
 local again = replayed(cur[11], ARGV[1])
 if again then return {'ok', again, cur[12]} end
+local unrecorded = ARGV[2] ~= '' and ARGV[3] == $COMPLETED
 if ARGV[2] ~= '' then
   local s = standing(cur[1], cur[2], cur[10], ARGV[2])
   if s == $CANCELLED then return {$CANCELLED, cur[1], 0} end
+  if unrecorded and cur[1] == $COMPLETED and cur[2] == ARGV[2] then return {'ok', $RUNNING, cur[12]} end
   if s ~= 'ok' then return {'fenced', cur[1], 0} end
 end
 if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1], 0} end
 local now = ms(clock())
-local changed = apply_fields(6, {'state', ARGV[3], 'updated', now, 'rq', ARGV[1] .. ' ' .. cur[1]})
+local sets, dels = {'state', ARGV[3], 'updated', now}, {}
+if unrecorded then
+  if cur[11] then table.insert(dels, 'rq') end
+else
+  table.insert(sets, 'rq'); table.insert(sets, ARGV[1] .. ' ' .. cur[1])
+end
+local changed = apply_fields(6, sets, dels)
 local function after(name, before)
   if changed[name] == nil then return before end
   return changed[name]

@@ -170,6 +170,32 @@ def test_a_feed_that_is_gone_is_made_again_with_the_jobs_expiry(runtime: Runtime
     assert [e.state for e in store.events(record.id, "0", 0)] == [JobState.RUNNING]
 
 
+def test_a_completion_keeps_no_request_record_and_its_replay_still_answers_ok(runtime: Runtime) -> None:
+    """Only the holder of the current token can complete a job, so a completion needs no reply record (every
+    finished job is that much smaller); a replay is told by the job completed under its own token."""
+    store = runtime.store
+    idle = idle_runtime(runtime).service
+    record, _ = idle.submit(ALICE, "test.noop", {})
+    claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    assert claimed is not None
+    fields = {"result": "1", "lease": "", "worker": ""}
+    first = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
+    again = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
+    assert first == again and first[:2] == ("ok", "running")
+    assert set(store.redis.hgetall(store.keys.job(record.id))).isdisjoint({"rq", "lease", "worker"})
+    # Another token, or another outcome, is not the holder's completion.
+    assert store.transition(record.id, JobState.COMPLETED, token=claimed.token + 1, fields=fields)[0] == "fenced"
+    assert store.transition(record.id, JobState.FAILED, token=claimed.token, fields={"error": "{}"})[0] == "fenced"
+    # A failure keeps its record: the sweeper also fails jobs without moving the token.
+    failing, _ = idle.submit(ALICE, "test.noop", {})
+    token = store.claim(failing.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    assert token is not None
+    failed = [store.transition(failing.id, JobState.FAILED, token=token.token, fields={"error": "{}"},
+                               request_id="f") for _ in range(2)]
+    assert failed[0] == failed[1] and failed[0][0] == "ok"
+    assert store.redis.hget(store.keys.job(failing.id), "rq") == "f running"
+
+
 def test_create_applied_twice_makes_one_job_and_keeps_its_idempotency_key(runtime: Runtime) -> None:
     store = runtime.store
     job_id = "00000000-0000-4000-8000-00000000feed"
