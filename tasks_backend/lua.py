@@ -11,8 +11,9 @@ Three rules hold for every script:
   cannot make a lease look lapsed to a sweeper.
 - Applied twice, a script gives the same outcome: redis-py sends a command again after a connection
   error, so a script whose reply was lost runs twice. A caller passes a request id; a script that
-  changes a job remembers the last id and its reply in the job hash (one short field, `rq`, which
-  every finished job keeps), and a replay answers that.
+  changes a job remembers the last id and its reply in the job hash (one short field, `rq`), and a
+  replay answers that. A completion is the exception: only its token's holder can make it, so its
+  replay is known by the token and it records nothing (completed jobs keep no `rq`; see TRANSITION).
 - Which states may follow which is decided by `domain.ALLOWED_TRANSITIONS` only: the state names in
   the scripts are `$NAME` placeholders rendered from `JobState` at import, and sets of states
   (`$TERMINAL`, `$CANCELLABLE`, ...) are rendered from the table.
