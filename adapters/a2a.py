@@ -136,7 +136,7 @@ def handle_post(raw: bytes, version: str, principal: Principal, runtime: Runtime
         method = METHODS.get(req.method)
         if method is None:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {req.method}")
-        call = Call(principal, runtime.service, PushStore(runtime.store), runtime)
+        call = Call(principal, runtime.service, runtime.push(), runtime)
         result = method(call, req.params, request_id)
     except Exception as exc:
         if isinstance(exc, RpcError) and exc.request_id is not None:

@@ -184,3 +184,23 @@ def test_a2a_get_task_makes_as_many_round_trips_as_a_poll(runtime: Runtime, flas
     task = round_trips(lambda: client.post("/a2a", json=get, headers=A2A_HEADERS))
     assert client.post("/a2a", json=get, headers=A2A_HEADERS).get_json()["result"]["id"] == record.id
     assert task == poll >= 1
+
+
+def test_a2a_calls_share_one_push_store_per_process(runtime: Runtime, flask_app: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a push store registers its scripts (a SHA1 of each): once per process, not per request."""
+    from tasks_backend import push
+
+    made: list[object] = []
+    real_init = push.PushStore.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(push.PushStore, "__init__", counting)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": record.id}}
+    for _ in range(3):
+        assert flask_app.test_client().post("/a2a", json=get, headers=A2A_HEADERS).get_json()["result"]
+    assert len(made) <= 1 and runtime.push() is runtime.push()
