@@ -18,7 +18,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 
 from tasks_backend import __version__
 from tasks_backend.auth import Principal
-from tasks_backend.domain import JobRecord, JobState
+from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import Conflict, InvalidParams, JobNotFound, NotWaitingForInput
 from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, resolve_target
@@ -28,7 +28,7 @@ from tasks_backend.states import A2A_STATE
 
 from . import a2a_wire as wire
 from . import jsonrpc, sse
-from .a2a_push import FORMAT, Contexts, PushFormat, normalize_config
+from .a2a_push import CONTEXT_FIELD, FORMAT, Contexts, PushFormat, normalize_config
 from .jsonrpc import RpcError
 from .protocol import Adapter
 
@@ -118,31 +118,53 @@ def _sentence(text: str) -> str:
 # -- JSON-RPC --------------------------------------------------------------------------------
 @bp.post(RPC_PATH)
 def rpc() -> Response:
+    version = request.headers.get("A2A-Version") or request.args.get("A2A-Version") or ""
+    answer = handle_post(request.get_data(cache=True), version, g.principal, current_app.extensions["tasks_backend"])
+    assert answer is not None
+    return answer if isinstance(answer, Response) else reply(answer)
+
+
+def handle_post(raw: bytes, version: str, principal: Principal, runtime: Runtime,
+                only: Callable[[Any], bool] | None = None) -> dict[str, Any] | Response | None:
+    """The JSON-RPC reply to one POSTed message (a Response for a stream); Flask-free, so the WSGI fast path
+    answers the hot calls with it. `version` is the request's A2A-Version. With `only`, a message it does not
+    accept (or that is not JSON) is left alone (None): nothing has been done yet."""
     request_id: jsonrpc.Id = None
     try:
-        body = jsonrpc.decode(request.get_data(cache=True))
+        body = jsonrpc.decode(raw)
+    except RpcError as exc:
+        if only is not None:
+            return None
+        return a2a_error(exc.request_id, exc)
+    if only is not None and not only(body):
+        return None
+    try:
         # An invalid request still answers with its id when the id itself was readable (JSON-RPC 2.0 §5).
         request_id = jsonrpc.readable_id(body)
         req = jsonrpc.request_from(body)
-        _check_version()
+        _check_version(version)
         method = METHODS.get(req.method)
         if method is None:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {req.method}")
-        runtime: Runtime = current_app.extensions["tasks_backend"]
-        call = Call(g.principal, runtime.service, PushStore(runtime.store), runtime, Contexts(runtime.store))
+        call = Call(principal, runtime.service, runtime.push(), runtime, Contexts(runtime.store))
         result = method(call, req.params, request_id)
     except Exception as exc:
         if isinstance(exc, RpcError) and exc.request_id is not None:
             request_id = exc.request_id
-        return _reply(a2a_error(request_id, exc))
+        return a2a_error(request_id, exc)
     if isinstance(result, Response):
         return result
-    return _reply(jsonrpc.success(request_id, result))
+    return jsonrpc.success(request_id, result)
 
 
-def _reply(body: dict[str, Any]) -> Response:
+def payload(body: dict[str, Any]) -> bytes:
+    """A reply's bytes, the same on both paths."""
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def reply(body: dict[str, Any]) -> Response:
     # JSON-RPC errors travel with HTTP 200; the SDK client treats any other status as transport failure.
-    return jsonify(body)
+    return Response(payload(body), mimetype="application/json")
 
 
 def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
@@ -158,9 +180,8 @@ def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
     return body
 
 
-def _check_version() -> None:
+def _check_version(raw: str) -> None:
     # [spec] §3.6: an absent version means 0.3, which this server does not speak.
-    raw = request.headers.get("A2A-Version") or request.args.get("A2A-Version") or ""
     major, _, rest = raw.strip().partition(".")
     if major != "1" or rest.split(".", 1)[0] != "0":
         raise RpcError(VERSION_NOT_SUPPORTED, f"A2A version {raw or '0.3'!r} is not supported; "
@@ -278,13 +299,15 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
     key = metadata.get("idempotencyKey")
     if key is not None and not isinstance(key, str):
         raise InvalidParams("`metadata.idempotencyKey` must be a string.")
-    record, _ = call.service.submit(call.principal, order["operation"], order.get("params"),
-                                    idempotency_key=key)
+    record, outcome = call.service.submit(call.principal, order["operation"], order.get("params"),
+                                          idempotency_key=key)
     if context_id is not None:
         call.contexts.set(record, context_id)
     if push_config is not None:
         call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms,
                       format=FORMAT)
+    if context_id is None and outcome is SubmitOutcome.CREATED:
+        return record, record.id  # a job made just now has no context but its own id: nothing to read
     return record, context_id or _context(call, record)
 
 
@@ -381,8 +404,9 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot:
 # -- tasks -------------------------------------------------------------------------------------
 def get_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     _history_length(params)
-    record = call.service.get(call.principal, _task_id(params))
-    return wire.task(record, _context(call, record))
+    # The record and its contextId in one round trip (what `_context` reads, with the same default).
+    record, context = call.service.get_with_meta(call.principal, _task_id(params), CONTEXT_FIELD)
+    return wire.task(record, context or record.id)
 
 
 def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Fast answers for the hottest calls: poll (`GET /v1/jobs/<id>`), submit (`POST /v1/jobs`) and the MCP
-calls a task client makes most (`tools/call`, `tasks/get`).
+"""Fast answers for the hottest calls: poll (`GET /v1/jobs/<id>`), submit (`POST /v1/jobs`), the MCP
+calls a task client makes most (`tools/call`, `tasks/get`) and their A2A counterparts (`SendMessage` that
+returns at once, `GetTask`).
 
 They are answered without Flask's request context, routing and hooks, by the same functions the Flask
 routes call. This is routing only: the entrance (`adapters.entrance`) has already authenticated the
@@ -18,7 +19,7 @@ from werkzeug.datastructures import EnvironHeaders
 from tasks_backend.auth import Principal
 from tasks_backend.runtime import Runtime
 
-from . import mcp
+from . import a2a, mcp
 from .http_jobs import handle_body, submit_body
 from .mcp_tools import Stream
 
@@ -26,7 +27,21 @@ _JOB_PREFIX = "/v1/jobs/"
 #: The MCP methods answered here; they never answer with a stream.
 MCP_METHODS = frozenset({"tools/call", "tasks/get"})
 #: (method, path or path prefix) of the requests this layer may answer, for tests and documentation.
-ROUTES = (("GET", "/v1/jobs/<job_id>"), ("POST", "/v1/jobs"), ("POST", "/mcp"))
+ROUTES = (("GET", "/v1/jobs/<job_id>"), ("POST", "/v1/jobs"), ("POST", "/mcp"), ("POST", a2a.RPC_PATH))
+
+
+def a2a_hot(message: Any) -> bool:
+    """The A2A calls answered here: GetTask, and a SendMessage that returns at once (a blocking one waits
+    for the job, which is the Flask route's to do)."""
+    if not isinstance(message, dict):
+        return False
+    method = message.get("method")
+    if method == "GetTask":
+        return True
+    params = message.get("params")
+    configuration = params.get("configuration") if isinstance(params, dict) else None
+    return (method == "SendMessage" and isinstance(configuration, dict)
+            and configuration.get("returnImmediately") is True)
 
 
 @dataclass
@@ -49,7 +64,7 @@ class FastRoutes:
         if method == "GET" and path.startswith(_JOB_PREFIX) and "/" not in path[len(_JOB_PREFIX):]:
             payload, headers = handle_body(self.service.get(principal, path[len(_JOB_PREFIX):]))
             return FastAnswer(200, payload, headers)
-        if method != "POST" or path not in ("/v1/jobs", "/mcp"):
+        if method != "POST" or path not in ("/v1/jobs", "/mcp", a2a.RPC_PATH):
             return None
         raw = self._body(environ)
         if raw is None:
@@ -57,12 +72,25 @@ class FastRoutes:
         if path == "/v1/jobs":
             payload, headers = submit_body(self.service, principal, raw, environ.get("HTTP_IDEMPOTENCY_KEY"))
             return FastAnswer(202, payload, headers)
+        if path == a2a.RPC_PATH:
+            return self._a2a(environ, raw, principal)
         answer = mcp.handle_post(raw, EnvironHeaders(environ), principal, self.runtime, only=MCP_METHODS)
         if answer is None:
             return None  # not one of ours, and nothing was done yet
         if isinstance(answer, Stream):
             raise TypeError(f"{sorted(MCP_METHODS)} never answer with a stream")
         return FastAnswer(answer.status, answer.payload(), list(answer.headers.items()))
+
+    def _a2a(self, environ: dict[str, Any], raw: bytes, principal: Principal) -> FastAnswer | None:
+        if "A2A-Version" in environ.get("QUERY_STRING", ""):
+            return None  # the version in the query string: Flask reads it
+        version = environ.get("HTTP_A2A_VERSION") or ""
+        body = a2a.handle_post(raw, version, principal, self.runtime, only=a2a_hot)
+        if body is None:
+            return None
+        if not isinstance(body, dict):
+            raise TypeError("GetTask and an immediate SendMessage never answer with a stream")
+        return FastAnswer(200, a2a.payload(body))
 
     def _body(self, environ: dict[str, Any]) -> bytes | None:
         """The whole body when its length is known (put back for Flask); None leaves it to Flask."""

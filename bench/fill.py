@@ -82,7 +82,7 @@ def finished_handles(runtime: Runtime, start: int, count: int, *, owner: Callabl
     for n in range(start, start + count):
         record, _ = service.submit(owner(n), "bench.noop", {})
         store.claim_later(record.id, lease_ms=lease_ms, max_attempts=runtime.settings.max_attempts)
-        store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": ""})
+        store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": "", "worker": ""})
         ids.append(record.id)
         if len(ids) % batch == 0:
             store.flush()

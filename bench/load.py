@@ -44,6 +44,8 @@ class Load:
     headers: dict[str, str] = field(default_factory=dict)
     ids: Path | None = None
     flow: dict[str, str] | None = None
+    #: A header that gets a value never sent before on every request (an Idempotency-Key).
+    unique_header: str | None = None
 
     def __post_init__(self) -> None:
         host = self.url.split("://", 1)[-1].split(":", 1)[0]
@@ -57,6 +59,8 @@ class Load:
             env["BENCH_BODY"] = self.body
         if self.ids is not None:
             env["BENCH_IDS"] = str(self.ids)
+        if self.unique_header is not None:
+            env["BENCH_UNIQUE_HEADER"] = self.unique_header
         env.update(self.flow or {})
         return env
 

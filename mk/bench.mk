@@ -1,9 +1,10 @@
 # `make bench` (full run, 11 to 20 minutes on 2 cores) and `make bench QUICK=1` (a smoke run, under a minute).
 # It starts its own Redis, gunicorn and workers; the load generator is wrk (Debian's package). The
 # fastmcp baseline server needs fastmcp + fastmcp-tasks 4.1.4, which cannot share the product's
-# environment, so it gets its own, built once: rebuilt only when these rules change.
+# environment, so it gets its own, built once: rebuilt only when these rules change. The A2A baseline
+# (a2a-sdk 1.3.0 with its in-memory task store, under uvicorn workers) lives there too.
 BENCH_VENV ?= .venv-bench
-BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
+BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "a2a-sdk[http-server]==1.3.0" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
 QUICK ?=
 BENCH_ARGS ?=
 

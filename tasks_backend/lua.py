@@ -11,8 +11,9 @@ Three rules hold for every script:
   cannot make a lease look lapsed to a sweeper.
 - Applied twice, a script gives the same outcome: redis-py sends a command again after a connection
   error, so a script whose reply was lost runs twice. A caller passes a request id; a script that
-  changes a job remembers the last id and its reply in the job hash (one short field, `rq`, which
-  every finished job keeps), and a replay answers that.
+  changes a job remembers the last id and its reply in the job hash (one short field, `rq`), and a
+  replay answers that. A completion is the exception: only its token's holder can make it, so its
+  replay is known by the token and it records nothing (completed jobs keep no `rq`; see TRANSITION).
 - Which states may follow which is decided by `domain.ALLOWED_TRANSITIONS` only: the state names in
   the scripts are `$NAME` placeholders rendered from `JobState` at import, and sets of states
   (`$TERMINAL`, `$CANCELLABLE`, ...) are rendered from the table.
@@ -53,18 +54,22 @@ end
 
 -- Append one entry (the job's public state after a change) to its feed. `ckpt` says whether the job
 -- ever recorded a step or an answer (most jobs never do, and then have nothing to delete).
+-- The feed is made with the job and given the job's expiry then, and XADD keeps a key's expiry, so
+-- an entry of a job still going needs no PEXPIREAT: only a feed that is gone (evicted, deleted by hand)
+-- is made again here, and given the expiry with it (NOMKSTREAM: Redis 6.2 or later).
 local function feed(now, state, msg, done, total, exp, terminal, ckpt)
   local entry = {'s', state, 'u', now}
   if msg then table.insert(entry, 'm'); table.insert(entry, msg) end
   if done then table.insert(entry, 'd'); table.insert(entry, done) end
   if total then table.insert(entry, 't'); table.insert(entry, total) end
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
   if terminal then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
     -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
     -- for live subscribers and push deliveries (which retry for up to a minute) to read the final entry.
     if ckpt then redis.call('DEL', KEYS[3], KEYS[4]) end
     redis.call('PEXPIREAT', KEYS[2], math.min(exp, tonumber(now) + 60000))
-  else
+  elseif not redis.call('XADD', KEYS[2], 'NOMKSTREAM', 'MAXLEN', '~', 128, '*', unpack(entry)) then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
     redis.call('PEXPIREAT', KEYS[2], exp)
   end
 end
@@ -76,9 +81,10 @@ local function emit(now, terminal)
 end
 
 -- Write the name/value pairs in ARGV from index `from` after the pairs in `sets`, in one HSET; an
--- empty value deletes the field. Returns each named field's new value (false: deleted).
-local function apply_fields(from, sets)
-  local dels, changed = {}, {}
+-- empty value deletes the field, as does each name already in `dels`, in one HDEL. Returns each
+-- named field's new value (false: deleted).
+local function apply_fields(from, sets, dels)
+  local changed = {}
   for i = from, #ARGV, 2 do
     if ARGV[i + 1] == '' then
       table.insert(dels, ARGV[i]); changed[ARGV[i]] = false
@@ -149,6 +155,11 @@ return false
 # ARGV: request id, token ('' = not fenced), target state, allowed source states csv, owner ('' = any),
 #       then name/value pairs.
 # Returns {outcome, state before, time of the change}: ok | missing | fenced | cancelled | illegal.
+#
+# A completion by a token's holder keeps no reply record, and drops the claim's: only the holder of the
+# current token can complete a job (no sweep, claim or cancel completes one, and each of them that moves
+# the job on moves the token or the state), so a replay that finds the job completed under its own token
+# is that completion applied before, and answers as it did. Every finished job is then one field shorter.
 TRANSITION = r"""
 local cur = redis.call('HMGET', KEYS[1], 'state', 'token', 'owner', 'msg', 'done', 'total', 'created', 'ttl',
                        'ckpt', 'ctok', 'rq', 'updated')
@@ -156,14 +167,22 @@ if not cur[1] then return {'missing', '', 0} end
 if ARGV[5] ~= '' and cur[3] ~= ARGV[5] then return {'missing', '', 0} end
 local again = replayed(cur[11], ARGV[1])
 if again then return {'ok', again, cur[12]} end
+local unrecorded = ARGV[2] ~= '' and ARGV[3] == $COMPLETED
 if ARGV[2] ~= '' then
   local s = standing(cur[1], cur[2], cur[10], ARGV[2])
   if s == $CANCELLED then return {$CANCELLED, cur[1], 0} end
+  if unrecorded and cur[1] == $COMPLETED and cur[2] == ARGV[2] then return {'ok', $RUNNING, cur[12]} end
   if s ~= 'ok' then return {'fenced', cur[1], 0} end
 end
 if not in_csv(cur[1], ARGV[4]) then return {'illegal', cur[1], 0} end
 local now = ms(clock())
-local changed = apply_fields(6, {'state', ARGV[3], 'updated', now, 'rq', ARGV[1] .. ' ' .. cur[1]})
+local sets, dels = {'state', ARGV[3], 'updated', now}, {}
+if unrecorded then
+  if cur[11] then table.insert(dels, 'rq') end
+else
+  table.insert(sets, 'rq'); table.insert(sets, ARGV[1] .. ' ' .. cur[1])
+end
+local changed = apply_fields(6, sets, dels)
 local function after(name, before)
   if changed[name] == nil then return before end
   return changed[name]
@@ -174,15 +193,19 @@ return {'ok', cur[1], now}
 """
 
 # ARGV: request id, lease ms, worker name, max attempts, exhausted error json.
-# Returns {outcome, token[, the claimed record as HGETALL]}: ok | missing | terminal | parked | busy |
-# exhausted. A running job whose lease lapsed may be claimed again (its worker is fenced by the new token).
+# Returns {outcome, token[, the job hash as HGETALL read it, the name/value pairs the claim wrote]}: ok |
+# missing | terminal | parked | busy | exhausted (on "ok" the caller lays the second list over the first,
+# and drops `msg`, `mark` and `gone`; a replayed "ok" carries the hash as written, and no second list).
+# A running job whose lease lapsed may be claimed again (its worker is fenced by the new token).
+# The reply carries the hash as read rather than a rebuilt record: turning Lua tables into a reply
+# costs Redis more per element than anything else here.
 CLAIM = r"""
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return {'missing', 0} end
 local h = {}
 for i = 1, #flat, 2 do h[flat[i]] = flat[i + 1] end
 local again = replayed(h.rq, ARGV[1])
-if again == 'ok' then return {'ok', h.token, flat} end
+if again == 'ok' then return {'ok', h.token, flat, {}} end
 if again then return {again, 0} end
 local state = h.state
 if in_csv(state, $TERMINAL) then return {'terminal', 0} end
@@ -201,22 +224,15 @@ if attempts > tonumber(ARGV[4]) then
   return {'exhausted', 0}
 end
 local token = tostring(tonumber(h.token or 0) + 1)
-local claimed = {state = $RUNNING, updated = ms(now), token = token, lease = ms(now + tonumber(ARGV[2])),
-                 attempts = tostring(attempts), worker = ARGV[3], rq = ARGV[1] .. ' ok'}
-local sets = {}
-for name, value in pairs(claimed) do
-  h[name] = value; table.insert(sets, name); table.insert(sets, value)
-end
+local stamp = ms(now)
+local sets = {'state', $RUNNING, 'updated', stamp, 'token', token, 'lease', ms(now + tonumber(ARGV[2])),
+              'attempts', tostring(attempts), 'worker', ARGV[3], 'rq', ARGV[1] .. ' ok'}
 redis.call('HSET', KEYS[1], unpack(sets))
 -- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply, and the
 -- sweeper's mark of where the last message stood in the queue belongs to the last time it was queued.
-if h.msg or h.mark or h.gone then
-  redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone'); h.msg = nil; h.mark = nil; h.gone = nil
-end
-feed(ms(now), $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
-local record = {}
-for name, value in pairs(h) do table.insert(record, name); table.insert(record, value) end
-return {'ok', token, record}
+if h.msg or h.mark or h.gone then redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone') end
+feed(stamp, $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
+return {'ok', token, flat, sets}
 """
 
 # ARGV: token, lease ms. Returns 1 if the run was cancelled, 0 carry on, -1 lost. Applied twice, the

@@ -15,6 +15,7 @@ from .errors import StoreUnavailable
 from .execution import Executor
 from .keys import Keys
 from .limits import Gate, LimitedJobService, Limiter
+from .push import PushStore
 from .registry import Registry
 from .service import JobService
 from .store import RedisStore, connect
@@ -32,12 +33,20 @@ class Runtime:
     #: What long-lived responses read through (see `streaming`).
     stream_service: JobService | None = None
     _executor: Executor | None = field(default=None, repr=False)
+    _push: PushStore | None = field(default=None, repr=False)
 
     def executor(self) -> Executor:
         """This process's executor (one per process, so one lease keeper thread per process)."""
         if self._executor is None:
             self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings)
         return self._executor
+
+    def push(self) -> PushStore:
+        """The push subscriptions beside the jobs: one per process, as making one registers
+        its scripts (a SHA1 of each), which is not a per-request cost."""
+        if self._push is None:
+            self._push = PushStore(self.store)
+        return self._push
 
     def sweeper(self) -> Sweeper:
         return Sweeper(self.store, self.dispatcher, self.settings)

@@ -219,10 +219,15 @@ class JobService:
         principal = as_principal(who)
         if not _valid_id(job_id):
             raise JobNotFound()
-        record = self.store.get(job_id)
-        if record is None or (record.owner != principal.name and not principal.admin):
+        return _visible(principal, self.store.get(job_id))
+
+    def get_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobRecord, str | None]:
+        """`get`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
+        principal = as_principal(who)
+        if not _valid_id(job_id):
             raise JobNotFound()
-        return record
+        record, value = self.store.get_with_meta(job_id, field)
+        return _visible(principal, record), value
 
     def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,
              cursor: str | None = None, where: Selector | None = None) -> tuple[list[JobRecord], str | None]:
@@ -404,3 +409,10 @@ class JobService:
             if record.terminal or record.state is JobState.INPUT_REQUIRED:
                 break
         return record
+
+
+def _visible(principal: Principal, record: JobRecord | None) -> JobRecord:
+    """The record if the principal may see it; anything else reads as missing."""
+    if record is None or (record.owner != principal.name and not principal.admin):
+        raise JobNotFound()
+    return record

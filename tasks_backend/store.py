@@ -220,6 +220,15 @@ class RedisStore:
             raw = self.redis.hgetall(self.keys.job(job_id))
         return JobRecord.from_hash(job_id, raw) if raw else None
 
+    def get_with_meta(self, job_id: str, field: str) -> tuple[JobRecord | None, str | None]:
+        """The job and one field of its adapter metadata (see `job_meta`), in one round trip."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hgetall(self.keys.job(job_id))
+            pipe.hget(self.keys.job_meta(job_id), field)
+            raw, value = pipe.execute()
+        return (JobRecord.from_hash(job_id, raw) if raw else None), (value if isinstance(value, str) else None)
+
     def get_many(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
         if not job_ids:
             return []
@@ -340,8 +349,13 @@ class RedisStore:
         outcome = str(reply[0])
         if outcome != "ok":
             return outcome, None
-        flat = reply[2]
-        return outcome, JobRecord.from_hash(job_id, dict(zip(flat[::2], flat[1::2], strict=True)))
+        read, wrote = reply[2], reply[3]
+        raw = dict(zip(read[::2], read[1::2], strict=True))
+        if wrote:  # a replay answers with the hash as the claim left it
+            for name in ("msg", "mark", "gone"):
+                raw.pop(name, None)
+            raw.update(zip(wrote[::2], wrote[1::2], strict=True))
+        return outcome, JobRecord.from_hash(job_id, raw)
 
     def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[int]:
         """Renew several leases in one round trip: 1 cancelled, 0 carry on, -1 lost."""

@@ -8,6 +8,8 @@
 --   Run it with as many threads as connections, so that each thread's state is one connection's.
 -- Headers: BENCH_HEADERS for every request, BENCH_SUBMIT_HEADERS / BENCH_POLL_HEADERS for each kind,
 --   written "Name: value" and separated by "|".
+-- BENCH_UNIQUE_HEADER: the name of a header given a value of its own on every request (an
+--   Idempotency-Key that never repeats: thread index, a random number per thread, a counter).
 -- done() prints one JSON line that bench/load.py reads.
 
 local env = os.getenv
@@ -33,6 +35,9 @@ local poll_method, poll_path, poll_body = env("BENCH_POLL_METHOD") or "GET", env
 local id_pattern, done_pattern = env("BENCH_ID_PATTERN"), env("BENCH_DONE_PATTERN")
 local poll_delay = tonumber(env("BENCH_POLL_DELAY_MS") or "0")
 
+local unique_header = env("BENCH_UNIQUE_HEADER")
+local unique_prefix, unique_count = "", 0
+
 local threads = {}
 function setup(thread)
   thread:set("index", #threads + 1)
@@ -53,7 +58,8 @@ function init(args)
       if #line > 0 then table.insert(ids, line) end
     end
   end
-  if mode == "fixed" and #ids == 0 then
+  unique_prefix = string.format("%d-%d-", wrk.thread:get("index") or 0, math.random(1, 1000000000))
+  if mode == "fixed" and #ids == 0 and not unique_header then
     fixed_request = wrk.format(method, path, submit_headers, body)
   end
 end
@@ -66,6 +72,11 @@ end
 function request()
   if mode == "fixed" then
     if fixed_request then return fixed_request end
+    if unique_header then
+      unique_count = unique_count + 1
+      submit_headers[unique_header] = unique_prefix .. unique_count
+      if #ids == 0 then return wrk.format(method, path, submit_headers, body) end
+    end
     local id = ids[math.random(#ids)]
     return wrk.format(method, fill(path, id), submit_headers, fill(body, id))
   end

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from adapters.app import create_app
 from adapters.entrance import Entrance
-from tasks_backend.runtime import Runtime
+from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, BOB
 
 MCP_HEADERS = {**ALICE, "MCP-Protocol-Version": "2026-07-28", "Accept": "application/json, text/event-stream"}
@@ -93,3 +94,116 @@ def test_an_unexpected_error_is_a_bare_500(runtime: Runtime, monkeypatch: pytest
     assert answer.status_code == 500 and answer.mimetype == "application/problem+json"
     assert "secret" not in answer.get_data(as_text=True)
     assert answer.get_json()["title"] == "Internal error"
+
+
+A2A_HEADERS = {**ALICE, "A2A-Version": "1.0"}
+
+
+def _a2a_send(operation: str = "test.noop", **configuration: Any) -> dict[str, Any]:
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"data": {"operation": operation, "params": {}}}]}
+    return {"jsonrpc": "2.0", "id": 3, "method": "SendMessage",
+            "params": {"message": message, "configuration": configuration}}
+
+
+@pytest.mark.parametrize("body,headers", [
+    (_a2a_send("no.such", returnImmediately=True), A2A_HEADERS),
+    (_a2a_send(returnImmediately=True), ALICE),  # no A2A-Version: 0.3, not spoken here
+    ({"jsonrpc": "2.0", "id": 4, "method": "GetTask", "params": {"id": "8c1e7d0e-52a5-4a8e-a6f1-2b0d0a6c4b11"}},
+     A2A_HEADERS),
+    ({"jsonrpc": "2.0", "id": 5, "method": "GetTask", "params": {}}, A2A_HEADERS),
+    ({"jsonrpc": "2.0", "id": 6, "method": "GetTask", "params": {"id": 7}}, A2A_HEADERS),
+])
+def test_a2a_errors_read_exactly_as_from_flask(flask_app: Any, body: dict[str, Any], headers: dict[str, str]) -> None:
+    fast, slow = _both(flask_app, method="POST", path="/a2a", json=body, headers=headers)
+    assert fast[0] == slow[0] == 200  # JSON-RPC errors travel with HTTP 200
+    assert fast[2] == slow[2] and "error" in fast[2]
+    assert fast[1]["Content-Type"] == slow[1]["Content-Type"] == "application/json"
+
+
+def test_a2a_get_task_and_an_immediate_send_answer_as_from_flask(runtime: Runtime, flask_app: Any) -> None:
+    idle = build_runtime(runtime.settings.with_(queue=f"{runtime.settings.queue}-idle"))  # jobs stay as made
+    record, _ = idle.service.submit("alice", "test.noop", {})
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": record.id}}
+    fast, slow = _both(flask_app, method="POST", path="/a2a", json=get, headers=A2A_HEADERS)
+    assert fast[0] == slow[0] == 200 and fast[2] == slow[2] and fast[2]["result"]["id"] == record.id
+    assert fast[2]["result"]["contextId"] == record.id
+    # A context the client chose is read back with the record.
+    other, _ = idle.service.submit("alice", "test.noop", {})
+    runtime.push().set_context(other, "ctx-1")  # as a send naming its context does
+    get["params"]["id"] = other.id
+    fast, slow = _both(flask_app, method="POST", path="/a2a", json=get, headers=A2A_HEADERS)
+    assert fast[2] == slow[2] and fast[2]["result"]["contextId"] == "ctx-1"
+    # Sends make a job each; the answers differ only in what is new about the job.
+    fast, slow = _both(flask_app, method="POST", path="/a2a", json=_a2a_send(returnImmediately=True),
+                       headers=A2A_HEADERS)
+    tasks = [answer[2]["result"]["task"] for answer in (fast, slow)]
+    assert tasks[0]["id"] != tasks[1]["id"] and [t["contextId"] for t in tasks] == [t["id"] for t in tasks]
+    new = ("id", "taskId", "contextId", "timestamp", "createdAt", "lastUpdatedAt", "ttl", "pollInterval")
+
+    def shape(value: Any) -> Any:  # the answer with what is new about each job taken out
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items() if k not in new}
+        return [shape(v) for v in value] if isinstance(value, list) else value
+
+    assert shape(tasks[0]) == shape(tasks[1])
+
+
+def test_only_get_task_and_an_immediate_send_take_the_fast_route(runtime: Runtime) -> None:
+    from adapters.fast_path import a2a_hot
+
+    assert a2a_hot({"method": "GetTask"}) and a2a_hot(_a2a_send(returnImmediately=True))
+    assert not a2a_hot(_a2a_send()) and not a2a_hot(_a2a_send(returnImmediately=1))
+    assert not a2a_hot({"method": "ListTasks", "params": {}}) and not a2a_hot([{"method": "GetTask"}])
+
+
+def test_a2a_get_task_makes_as_many_round_trips_as_a_poll(runtime: Runtime, flask_app: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record and its contextId are read together, so GetTask costs what a poll of the same job costs
+    (the entrance's own checks included); before, the context was a round trip of its own."""
+    from redis.connection import AbstractConnection
+
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    client = flask_app.test_client()
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": record.id}}
+    sent: list[int] = []
+    real_send = AbstractConnection.send_packed_command
+
+    here = threading.get_ident()  # not the worker's threads, which may share the process
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() == here:
+            sent.append(1)
+        return real_send(self, *args, **kwargs)
+
+    def round_trips(call: Any) -> int:
+        call()  # connections made and scripts loaded before counting
+        sent.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(AbstractConnection, "send_packed_command", counting)
+            call()
+        return len(sent)
+
+    poll = round_trips(lambda: client.get(f"/v1/jobs/{record.id}", headers=ALICE))
+    task = round_trips(lambda: client.post("/a2a", json=get, headers=A2A_HEADERS))
+    assert client.post("/a2a", json=get, headers=A2A_HEADERS).get_json()["result"]["id"] == record.id
+    assert task == poll >= 1
+
+
+def test_a2a_calls_share_one_push_store_per_process(runtime: Runtime, flask_app: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making a push store registers its scripts (a SHA1 of each): once per process, not per request."""
+    from tasks_backend import push
+
+    made: list[object] = []
+    real_init = push.PushStore.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(push.PushStore, "__init__", counting)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": record.id}}
+    for _ in range(3):
+        assert flask_app.test_client().post("/a2a", json=get, headers=A2A_HEADERS).get_json()["result"]
+    assert len(made) <= 1 and runtime.push() is runtime.push()

@@ -135,6 +135,67 @@ def test_claim_and_transition_applied_twice_report_their_first_outcome(runtime: 
     assert store.get(record.id).state is JobState.COMPLETED  # type: ignore[union-attr]
 
 
+def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_replayed(runtime: Runtime) -> None:
+    """The claim answers with the hash it read and the fields it wrote; laid together they must be the
+    stored job, also for a job carrying notes of an earlier queueing that the claim removes."""
+    store = runtime.store
+    record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
+    store.redis.hset(store.keys.job(record.id), mapping={"msg": "Input received; resuming.", "mark": "7", "gone": "1"})
+    claims = [store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="c")
+              for _ in range(2)]
+    stored = store.get(record.id)
+    assert stored is not None and stored.state is JobState.RUNNING and stored.status_message is None
+    assert {"mark", "gone", "msg"}.isdisjoint(store.redis.hgetall(store.keys.job(record.id)))
+    assert claims[0] == claims[1] == ("ok", stored)
+
+
+def test_a_feed_that_is_gone_is_made_again_with_the_jobs_expiry(runtime: Runtime) -> None:
+    """A change of a job still going appends to its feed without renewing the feed's expiry (XADD keeps
+    it); a feed deleted meanwhile comes back with the job's expiry, never without one."""
+    store = runtime.store
+    record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
+    events = store.keys.events(record.id)
+
+    def expires_at(key: str) -> int:  # by Redis's clock (PEXPIRETIME needs Redis 7)
+        seconds, micros = store.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000 + int(store.redis.pttl(key))
+
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    outcome, claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    assert outcome == "ok" and claimed is not None and store.redis.xlen(events) == 2
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    store.redis.delete(events)
+    assert store.progress(record.id, claimed.token, message="half", done=1, total=2) == 0
+    assert abs(expires_at(events) - record.expires_ms) <= 2
+    assert [e.state for e in store.events(record.id, "0", 0)] == [JobState.RUNNING]
+
+
+def test_a_completion_keeps_no_request_record_and_its_replay_still_answers_ok(runtime: Runtime) -> None:
+    """Only the holder of the current token can complete a job, so a completion needs no reply record (every
+    finished job is that much smaller); a replay is told by the job completed under its own token."""
+    store = runtime.store
+    idle = idle_runtime(runtime).service
+    record, _ = idle.submit(ALICE, "test.noop", {})
+    claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    assert claimed is not None
+    fields = {"result": "1", "lease": "", "worker": ""}
+    first = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
+    again = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
+    assert first == again and first[:2] == ("ok", "running")
+    assert set(store.redis.hgetall(store.keys.job(record.id))).isdisjoint({"rq", "lease", "worker"})
+    # Another token, or another outcome, is not the holder's completion.
+    assert store.transition(record.id, JobState.COMPLETED, token=claimed.token + 1, fields=fields)[0] == "fenced"
+    assert store.transition(record.id, JobState.FAILED, token=claimed.token, fields={"error": "{}"})[0] == "fenced"
+    # A failure keeps its record: the sweeper also fails jobs without moving the token.
+    failing, _ = idle.submit(ALICE, "test.noop", {})
+    token = store.claim(failing.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    assert token is not None
+    failed = [store.transition(failing.id, JobState.FAILED, token=token.token, fields={"error": "{}"},
+                               request_id="f") for _ in range(2)]
+    assert failed[0] == failed[1] and failed[0][0] == "ok"
+    assert store.redis.hget(store.keys.job(failing.id), "rq") == "f running"
+
+
 def test_create_applied_twice_makes_one_job_and_keeps_its_idempotency_key(runtime: Runtime) -> None:
     store = runtime.store
     job_id = "00000000-0000-4000-8000-00000000feed"

@@ -54,3 +54,19 @@ def test_the_same_holds_for_a_sentinel_broker(sentinel_group: SentinelGroup, con
         expected = redis.ConnectionError if consumer else AttributeError
         with pytest.raises(expected):
             channel.qos.restore_unacked()
+
+
+def test_the_worker_channel_keeps_one_client_per_connection_pool(redis_base: str) -> None:
+    """Building a redis-py client costs tens of microseconds, and kombu builds one for each ack-bookkeeping
+    command; the worker's channel builds one per pool, and a new one when its pool is replaced."""
+    app = create_celery(make_settings(redis_base))
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        first = channel._create_client()
+        assert channel._create_client() is first
+        with channel.conn_or_acquire() as client:
+            assert client is first and client.ping()
+        channel._pool = None  # as after a reconnection
+        second = channel._create_client()
+        assert second is not first and second.connection_pool is channel.pool and second.ping()
+        assert channel._create_client(asynchronous=True) is not second
