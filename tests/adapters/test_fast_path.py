@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
+from adapters.a2a_push import Contexts
 from adapters.app import create_app
 from adapters.entrance import Entrance
 from tasks_backend.runtime import Runtime, build_runtime
@@ -129,7 +130,7 @@ def test_a2a_get_task_and_an_immediate_send_answer_as_from_flask(runtime: Runtim
     assert fast[2]["result"]["contextId"] == record.id
     # A context the client chose is read back with the record.
     other, _ = idle.service.submit("alice", "test.noop", {})
-    runtime.push().set_context(other, "ctx-1")  # as a send naming its context does
+    Contexts(runtime.store).set(other, "ctx-1")  # as a send naming its context does
     get["params"]["id"] = other.id
     fast, slow = _both(flask_app, method="POST", path="/a2a", json=get, headers=A2A_HEADERS)
     assert fast[2] == slow[2] and fast[2]["result"]["contextId"] == "ctx-1"
