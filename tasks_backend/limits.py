@@ -1,9 +1,9 @@
 """Limits per principal, kept in Redis so that they hold across web processes and hosts.
 
-- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script that
-  also reads the caller's address's failed-authentication count. A busy principal's requests are granted in
-  small batches per process (at most 1/50 of its limit, for at most a second), so most requests cost no round
-  trip at all; a principal with a small limit (under 100) is counted request by request.
+- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script, with
+  the caller's address's failed-authentication count read by another in the same round trip. A busy principal's
+  requests are granted in small batches per process (at most 1/50 of its limit, for at most a second), so most
+  requests cost no round trip at all; a principal with a small limit (under 100) is counted request by request.
 - Failed authentication per client address: counted in a fixed window; past the limit every request from that
   address is refused, good token or not (otherwise the 429 would tell a right guess from a wrong one).
 - Active jobs: counted by the per-request script from the owner index the store already keeps (no write when a
@@ -56,25 +56,17 @@ local function active(k)
 end
 """
 
-#: KEYS: rate hash, unfinished set, prune mark, owner index, the address's failure hash.
-#: ARGV: limit, window (µs), nonce, failure limit, requests wanted at once.
-#: Answers {"granted remaining retry_us reset_us" or "" (no rate limit), unfinished job count, ms the address
-#: stays blocked (0: not blocked)}.
+#: KEYS: rate hash, unfinished set, prune mark, owner index (all the owner's: one Redis Cluster slot).
+#: ARGV: limit, window (µs), nonce, requests wanted at once.
+#: Answers {"granted remaining retry_us reset_us" or "" (no rate limit), unfinished job count}.
 RATE_LUA = ACTIVE_COUNT_LUA + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local active = active(2)
-local blocked = 0
-local failures = tonumber(ARGV[4])
-if failures > 0 then
-  local f = redis.call('HMGET', KEYS[5], 'c', 'e')
-  local left = (tonumber(f[2]) or 0) - math.floor(now / 1000)
-  if (tonumber(f[1]) or 0) >= failures and left > 0 then blocked = left end
-end
 local limit = tonumber(ARGV[1])
-if limit <= 0 then return {'', active, blocked} end
+if limit <= 0 then return {'', active} end
 local st = redis.call('HMGET', KEYS[1], 'tat', 'n', 'r')
-if st[2] == ARGV[3] and st[3] then return {st[3], active, blocked} end
+if st[2] == ARGV[3] and st[3] then return {st[3], active} end
 local window = tonumber(ARGV[2])
 local interval = window / limit
 local tat = math.max(tonumber(st[1]) or 0, now)
@@ -83,13 +75,23 @@ local answer
 if fit < 1 then
   answer = '0 0 ' .. string.format('%.0f', tat + interval - now - window) .. ' ' .. string.format('%.0f', tat - now)
 else
-  local granted = math.min(fit, tonumber(ARGV[5]))
+  local granted = math.min(fit, tonumber(ARGV[4]))
   tat = tat + granted * interval
   answer = granted .. ' ' .. (fit - granted) .. ' 0 ' .. string.format('%.0f', tat - now)
 end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'n', ARGV[3], 'r', answer)
 redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
-return {answer, active, blocked}
+return {answer, active}
+"""
+
+#: KEYS: the address's failure hash (a slot of its own). ARGV: failure limit. Answers the ms the address stays
+#: blocked (0: not blocked).
+BLOCKED_LUA = """
+local t = redis.call('TIME')
+local f = redis.call('HMGET', KEYS[1], 'c', 'e')
+local left = (tonumber(f[2]) or 0) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if (tonumber(f[1]) or 0) >= tonumber(ARGV[1]) and left > 0 then return left end
+return 0
 """
 
 #: KEYS: failure hash (c: count, e: end of the window in ms, n: last nonce). ARGV: window (ms), nonce.
@@ -172,6 +174,23 @@ class Limiter:
             sha = self._sha[source] = str(self.client.script_load(source))
             return self.client.evalsha(sha, len(keys), *keys, *args)
 
+    def _eval_many(self, calls: list[tuple[str, list[str], tuple[Any, ...]]]) -> list[Any]:
+        """Several scripts in one round trip (on a Redis Cluster, one command per slot they touch)."""
+        with redis_errors():
+            for attempt in (1, 2):
+                if attempt == 2 or any(source not in self._sha for source, _, _ in calls):
+                    for source, _, _ in calls:
+                        self._sha[source] = str(self.client.script_load(source))
+                pipe = self.client.pipeline(transaction=False)
+                for source, keys, args in calls:
+                    pipe.evalsha(self._sha[source], len(keys), *keys, *args)
+                try:
+                    return list(pipe.execute())
+                except redis.exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
     # -- per request ---------------------------------------------------------------------------
     def admit(self, principal: Principal, address: str | None) -> None:
         """Count one request of `principal` from `address`; raises `RateLimited` over a limit.
@@ -191,12 +210,15 @@ class Limiter:
                 grant.left -= 1
                 _admitted.set((owner, grant))
                 return
-        # One script, one round trip: the address's failure count rides along with the principal's keys (on a
-        # Redis Cluster that read would move to its own command in the same pipeline: a different slot).
-        answer, active, blocked_ms = self._eval(
-            RATE_LUA, [self.keys.rate(owner), *self._active_keys(owner), self.keys.auth_failures(address or "")],
-            s.rate_limit, self._window_us, secrets.token_hex(8), s.auth_failure_limit if check_address else 0,
-            self._batch)
+        # One round trip: the address's failure count is read by a script of its own in the same pipeline (the
+        # address and the principal hash to different Redis Cluster slots).
+        rate = (RATE_LUA, [self.keys.rate(owner), *self._active_keys(owner)],
+                (s.rate_limit, self._window_us, secrets.token_hex(8), self._batch))
+        if check_address:
+            (answer, active), blocked_ms = self._eval_many(
+                [rate, (BLOCKED_LUA, [self.keys.auth_failures(address or "")], (s.auth_failure_limit,))])
+        else:
+            (answer, active), blocked_ms = self._eval(rate[0], rate[1], *rate[2]), 0
         granted = int(answer.split(" ", 1)[0]) if answer else self._batch
         grant = Grant(left=granted - 1, until=now + GRANT_S, active=int(active))
         _admitted.set((owner, grant))

@@ -74,7 +74,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                   registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     client = connect(settings.redis_url, settings.redis_socket_timeout_s)
-    client.connection_pool.max_connections = settings.redis_max_connections
+    limit_connections(client, settings.redis_max_connections)
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
     registry = registry or Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
@@ -84,6 +84,12 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                    _stream_service(settings, store, registry, dispatcher))
 
 
+def limit_connections(client: redis.Redis, limit: int) -> None:
+    # A cluster client keeps one pool per node, each sized when the node is first used: nothing to set here.
+    if isinstance(client, redis.Redis):
+        client.connection_pool.max_connections = limit
+
+
 #: How long one read of a held stream may block in Redis for the next change.
 STREAM_BLOCK_MS = 10_000
 
@@ -91,7 +97,7 @@ STREAM_BLOCK_MS = 10_000
 def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher) -> JobService:
     # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
     client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000)
-    client.connection_pool.max_connections = settings.redis_max_connections
+    limit_connections(client, settings.redis_max_connections)
     return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
 
 

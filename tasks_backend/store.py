@@ -23,6 +23,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .config import is_cluster_url
 from .domain import TERMINAL_STATES, JobRecord, JobState, sources_of
 from .errors import StoreUnavailable
 from .keys import Keys
@@ -61,6 +62,10 @@ class KernelTimeoutConnection(redis.Connection):
 
 def connect(url: str, timeout_s: float = 2.0) -> redis.Redis:
     """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang."""
+    if is_cluster_url(url):
+        from .cluster import connect_cluster  # it builds on this module
+
+        return connect_cluster(url, timeout_s)  # type: ignore[return-value]  # the store uses the client untyped
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
     if url.startswith("redis://") and sys.platform != "win32":  # Windows wants milliseconds, not a timeval
         timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
