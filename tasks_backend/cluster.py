@@ -29,7 +29,7 @@ class ScriptingPipeline(ClusterPipeline):
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
         return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)  # type: ignore[no-untyped-call]
 
-    def delete(self, *names: str) -> Any:
+    def delete(self, *names: Any) -> Any:  # type: ignore[override]  # queued in the pipeline, not an int
         """One DEL for the keys of one slot (redis-py refuses a pipelined DEL of several keys; the slot check
         still refuses keys of several slots)."""
         return self.execute_command("DEL", *names)  # type: ignore[no-untyped-call]
