@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from redis.backoff import NoBackoff
+from redis.client import CaseInsensitiveDict
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.retry import Retry
 
@@ -39,6 +40,12 @@ class ScriptingCluster(RedisCluster):
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         pipe: Any = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
         pipe.__class__ = ScriptingPipeline  # the same object, with EVALSHA allowed again
+        if transaction:
+            # redis-py parses the replies of a cluster MULTI/EXEC with its cluster callbacks only, so XREAD came
+            # back as the wire's map, not as the list a single server's client gives: add the node's parsers.
+            node: Any = self.get_default_node()  # type: ignore[no-untyped-call]
+            pipe.cluster_response_callbacks = CaseInsensitiveDict(
+                {**node.redis_connection.response_callbacks, **self.cluster_response_callbacks})
         return pipe
 
 

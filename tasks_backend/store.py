@@ -31,7 +31,10 @@ from .lua import SCRIPTS
 
 T = TypeVar("T")
 
-_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)
+# A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
+# own: the same "try again later" to callers.
+_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
+               redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
 
 
 def keepalive_options() -> dict[int, int]:

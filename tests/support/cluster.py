@@ -35,6 +35,8 @@ def cluster_port() -> int:
 @dataclass
 class LocalCluster:
     primaries: int = 3
+    #: How long a node may be unreachable before the others mark it failed (and the cluster down).
+    node_timeout_ms: int = 5000
     nodes: list[EmbeddedRedis] = field(default_factory=list)
 
     @property
@@ -42,8 +44,8 @@ class LocalCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
-        # The node timeout only matters for failure detection, which this run never exercises.
-        options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+        options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                   "--cluster-node-timeout", str(self.node_timeout_ms))
         self.nodes = [EmbeddedRedis(port=cluster_port(), appendonly=False, extra_args=options)
                       for _ in range(self.primaries)]
         try:

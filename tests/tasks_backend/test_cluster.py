@@ -17,12 +17,13 @@ import redis
 from celery.contrib.testing.worker import start_worker
 from redis.exceptions import ClusterCrossSlotError, CrossSlotTransactionError, RedisClusterException
 
+from adapters.app import create_app
 from tasks_backend import Principal, SubmitOutcome
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobState
 from tasks_backend.errors import IdempotencyConflict
 from tasks_backend.runtime import Runtime, build_runtime
-from tests.conftest import make_settings, wait_until
+from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.cluster import LocalCluster
 from workers.celery_app import create_celery
 
@@ -113,3 +114,24 @@ def test_the_cluster_refuses_commands_across_slots(cluster_runtime: Runtime) -> 
     node = redis.Redis(host=client.get_node_from_key(job_key).host, port=client.get_node_from_key(job_key).port)
     with pytest.raises(ClusterCrossSlotError):  # and so does the server, whatever the client
         node.eval("return 1", 2, job_key, due_key)
+
+
+def test_a_cluster_that_lost_a_node_answers_503_not_500(redis_base: str) -> None:
+    """A primary lost without a replica: its own slots refuse connections, and once the others mark it failed
+    they answer CLUSTERDOWN for every slot. Both are "try again later" to a caller."""
+    cluster = LocalCluster(node_timeout_ms=500).start()
+    try:
+        settings = make_settings(redis_base, redis_url=cluster.url, broker_url=f"{redis_base}/14", rate_limit=0,
+                                 auth_failure_limit=0, max_active_jobs=0)
+        runtime = build_runtime(settings)
+        ids = [runtime.service.submit("alice", "test.noop", {})[0].id for _ in range(12)]
+        client = create_app(runtime=runtime).test_client()
+        cluster.nodes[2].stop(kill=True)
+        survivor = redis.Redis(port=cluster.nodes[0].port, decode_responses=True)
+        wait_until(lambda: survivor.cluster("INFO")["cluster_state"] == "fail", 20, message="the cluster to fail")
+        for job_id in ids:
+            response = client.get(f"/v1/jobs/{job_id}", headers=ALICE)
+            assert response.status_code == 503, (job_id, response.status_code)
+            assert int(response.headers["Retry-After"]) > 0
+    finally:
+        cluster.stop()

@@ -32,7 +32,7 @@ from tasks_backend.runtime import Runtime
 #: Every Lua script the product sends, by name.
 ALL_SCRIPTS: dict[str, str] = {
     **SCRIPTS,
-    "limits.rate": limits.RATE_LUA, "limits.blocked": limits.BLOCKED_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
+    "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
     "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA,
     "push.due": push._DUE, "push.claim": push._CLAIM, "push.release": push._RELEASE, "push.finish": push._FINISH,
 }
