@@ -37,6 +37,14 @@ class ScriptingPipeline(ClusterPipeline):
 
 
 class ScriptingCluster(RedisCluster):
+    def limit_connections(self, limit: int) -> None:
+        """Let each node's pool open up to `limit` connections (redis-py's default is 100 per node), for the
+        nodes known now and those found later."""
+        self.nodes_manager.connection_kwargs["max_connections"] = limit
+        for node in self.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.max_connections = limit
+
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         pipe: Any = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
         pipe.__class__ = ScriptingPipeline  # the same object, with EVALSHA allowed again
@@ -70,13 +78,13 @@ def seed_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
     return nodes, options
 
 
-def connect_cluster(url: str, timeout_s: float) -> ScriptingCluster:
+def connect_cluster(url: str, timeout_s: float, **options: Any) -> ScriptingCluster:
     """A cluster client that fails as fast as the single-server one: a node that is down or failing over
     turns into a 503 with Retry-After, not into a request that hangs while the cluster elects a replica.
 
     One retry (on a fresh view of the slots) covers a redirect after a resharding or a failover that is
-    already done; the pools of the nodes have no size limit of their own (one per node)."""
-    nodes, options = seed_nodes(url)
+    already done. `options` go to redis-py's `RedisCluster` as they are."""
+    nodes, from_url = seed_nodes(url)
     return ScriptingCluster(
         startup_nodes=nodes,
         decode_responses=True,
@@ -85,5 +93,6 @@ def connect_cluster(url: str, timeout_s: float) -> ScriptingCluster:
         socket_keepalive=True,
         socket_keepalive_options=keepalive_options(),
         retry=Retry(NoBackoff(), 1),
+        **from_url,
         **options,
     )

@@ -8,6 +8,7 @@ import redis
 from celery import Celery
 
 from .auth import Authenticator
+from .cluster import ScriptingCluster
 from .config import Settings
 from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
 from .execution import Executor
@@ -84,10 +85,12 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                    _stream_service(settings, store, registry, dispatcher))
 
 
-def limit_connections(client: redis.Redis, limit: int) -> None:
-    # A cluster client keeps one pool per node, each sized when the node is first used: nothing to set here.
+def limit_connections(client: redis.Redis | ScriptingCluster, limit: int) -> None:
+    """Size the client's pool (a cluster client's: each node's)."""
     if isinstance(client, redis.Redis):
         client.connection_pool.max_connections = limit
+    else:
+        client.limit_connections(limit)
 
 
 #: How long one read of a held stream may block in Redis for the next change.
