@@ -30,6 +30,27 @@ class ScriptingPipeline(ClusterPipeline):
     def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
         return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)  # type: ignore[no-untyped-call]
 
+    def execute_in_order(self) -> list[Any]:
+        """Run the queued commands so that each takes effect after the ones queued before it, as one server runs
+        a pipeline: one round trip per run of consecutive commands for the same node, and nothing after a run
+        that failed. (`execute` sends every node its part at once.)"""
+        queued = list(self._execution_strategy.command_queue)
+        self.reset()  # type: ignore[no-untyped-call]
+        runs: list[tuple[str, list[Any]]] = []
+        for command in queued:
+            slot = self.determine_slot(*command.args)  # type: ignore[no-untyped-call]
+            node = "" if slot is None else self.nodes_manager.get_node_from_slot(slot).name  # type: ignore[no-untyped-call]
+            if runs and runs[-1][0] == node:
+                runs[-1][1].append(command)
+            else:
+                runs.append((node, [command]))
+        replies: list[Any] = []
+        for _, commands in runs:
+            for command in commands:
+                self.execute_command(*command.args, **command.options)  # type: ignore[no-untyped-call]
+            replies += self.execute()  # type: ignore[no-untyped-call]
+        return replies
+
     def delete(self, *names: Any) -> Any:  # type: ignore[override]  # queued in the pipeline, not an int
         """One DEL for the keys of one slot (redis-py refuses a pipelined DEL of several keys; the slot check
         still refuses keys of several slots)."""

@@ -139,12 +139,15 @@ class RedisStore:
                     self._sha = {}
         raise AssertionError("unreachable")
 
-    def _run(self, build: Callable[[Any], None]) -> list[Any]:
-        """Run `build(pipeline)` as one round trip."""
+    def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
+        """Run `build(pipeline)` as one round trip. `in_order`: each command must take effect after the ones
+        before it, nothing after a failed one; one Redis runs a pipeline so, a Redis Cluster client is asked to
+        (see `cluster.ScriptingPipeline.execute_in_order`)."""
         def call() -> list[Any]:
             pipe = self.redis.pipeline(transaction=False)
             build(pipe)
-            return list(pipe.execute())
+            ordered = getattr(pipe, "execute_in_order", None) if in_order else None
+            return list(ordered() if ordered is not None else pipe.execute())
 
         return self._scripted(call)
 
@@ -305,7 +308,7 @@ class RedisStore:
             if drop:
                 p.zrem(self.keys.sweep(), job_id)
 
-        outcome, before, at = self._run(build)[0 if sweep_in_ms is None else 1]
+        outcome, before, at = self._run(build, in_order=sweep_in_ms is not None)[0 if sweep_in_ms is None else 1]
         return str(outcome), str(before), int(at)
 
     def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
@@ -394,7 +397,7 @@ class RedisStore:
             self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
             self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, *pairs)
 
-        outcome, still_open = self._run(build)[1]
+        outcome, still_open = self._run(build, in_order=True)[1]
         return str(outcome), int(still_open)
 
     # -- sweeper -------------------------------------------------------------------

@@ -9,6 +9,7 @@ a cluster.
 from __future__ import annotations
 
 import secrets
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from adapters.app import create_app
 from tasks_backend import Principal, SubmitOutcome
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobState
-from tasks_backend.errors import IdempotencyConflict
+from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.cluster import LocalCluster
@@ -134,4 +135,32 @@ def test_a_cluster_that_lost_a_node_answers_503_not_500(redis_base: str) -> None
             assert response.status_code == 503, (job_id, response.status_code)
             assert int(response.headers["Retry-After"]) > 0
     finally:
+        cluster.stop()
+
+
+def test_a_move_back_to_queued_changes_nothing_unless_its_sweep_entry_was_written(redis_base: str) -> None:
+    """One Redis runs a pipeline in order, so the sweep entry written before a move into `queued` exists
+    whenever the move does. On a cluster the two are on different nodes: with the sweep schedule's node
+    stalled (it takes the command and never answers), the move must fail and leave the job as it was."""
+    cluster = LocalCluster(node_timeout_ms=60_000).start()  # the others do not mark it failed meanwhile
+    stalled = None
+    try:
+        runtime = build_runtime(make_settings(redis_base, redis_url=cluster.url, broker_url=f"{redis_base}/14",
+                                              redis_socket_timeout_s=0.5))
+        store, client = runtime.store, runtime.store.redis
+        sweep_node = client.get_node_from_key(store.keys.sweep())
+        job_id = next(j for j in (runtime.service.submit("alice", "test.noop", {})[0].id for _ in range(50))
+                      if client.get_node_from_key(store.keys.job(j)).name != sweep_node.name)
+        outcome, claimed = store.claim(job_id, lease_ms=60_000, worker="w", max_attempts=3, exhausted_error={})
+        assert outcome == "ok" and claimed is not None and claimed.token is not None
+        stalled = next(n.process for n in cluster.nodes if n.port == sweep_node.port)
+        assert stalled is not None
+        stalled.send_signal(signal.SIGSTOP)
+        with pytest.raises(StoreUnavailable):
+            store.transition(job_id, JobState.QUEUED, token=int(claimed.token), sweep_in_ms=1000)
+        record = store.get(job_id)
+        assert record is not None and record.state is JobState.RUNNING
+    finally:
+        if stalled is not None:
+            stalled.send_signal(signal.SIGCONT)
         cluster.stop()
