@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import redis
-from celery.contrib.testing.worker import start_worker
 from redis.exceptions import ClusterCrossSlotError, CrossSlotTransactionError, RedisClusterException
 
 from adapters.app import create_app
@@ -26,7 +25,7 @@ from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.cluster import LocalCluster
-from workers.celery_app import create_celery
+from tests.support.procs import worker_process
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +48,14 @@ def cluster_settings(redis_base: str, cluster_url: str) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def cluster_runtime(cluster_settings: Settings) -> Iterator[Runtime]:
-    runtime = build_runtime(cluster_settings)
-    with start_worker(create_celery(cluster_settings), pool="threads", concurrency=4, perform_ping_check=False,
-                      loglevel="WARNING", shutdown_timeout=15):
-        yield runtime
+def cluster_runtime(cluster_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    # A worker process of its own: a second in-process Celery worker would share the session worker's app state.
+    worker = worker_process(cluster_settings, tmp_path_factory.mktemp("cluster") / "worker.log", pool="threads",
+                            concurrency=4)
+    try:
+        yield build_runtime(cluster_settings)
+    finally:
+        worker.stop()
 
 
 def nodes_of(runtime: Runtime, keys: list[str]) -> set[str]:
