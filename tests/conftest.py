@@ -26,8 +26,8 @@ from adapters.app import create_app
 from tasks_backend.auth import token_digest
 from tasks_backend.config import Settings
 from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.embedded_cluster import LocalCluster
 from tasks_backend.runtime import Runtime, build_runtime
-from tests.support.cluster import LocalCluster
 from workers.celery_app import create_celery
 
 JOB_MODULES = ("tasks_backend.demo", "tests.support.jobs")

@@ -21,10 +21,10 @@ from adapters.app import create_app
 from tasks_backend import Principal, SubmitOutcome
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobState
+from tasks_backend.embedded_cluster import LocalCluster
 from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, make_settings, wait_until
-from tests.support.cluster import LocalCluster
 from tests.support.procs import worker_process
 
 

@@ -1,4 +1,4 @@
-"""A three-primary Redis Cluster on loopback ports, built by hand (ADDSLOTS, MEET) for the cluster test run.
+"""A three-primary Redis Cluster on loopback ports, built by hand (ADDSLOTS, MEET), for tests and benchmarks.
 
 The nodes refuse a command whose declared keys span slots (CROSSSLOT) and a script that touches a key
 served by another node; redis-py refuses a cross-slot command or transaction before sending it.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from tasks_backend.embedded import EmbeddedRedis, free_port
+from .embedded import EmbeddedRedis, free_port
 
 SLOTS = 16384
 
@@ -44,6 +44,7 @@ class LocalCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        """Start the nodes, give each a third of the slots, introduce them, and wait until all agree."""
         options = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                    "--cluster-node-timeout", str(self.node_timeout_ms))
         self.nodes = [EmbeddedRedis(port=cluster_port(), appendonly=False, extra_args=options)
@@ -55,9 +56,9 @@ class LocalCluster:
             step = SLOTS // self.primaries
             for i, client in enumerate(clients):
                 end = SLOTS if i == self.primaries - 1 else (i + 1) * step
-                client.execute_command("CLUSTER ADDSLOTS", *range(i * step, end))
+                client.cluster("ADDSLOTS", *range(i * step, end))
             for node in self.nodes[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+                clients[0].cluster("MEET", "127.0.0.1", node.port)
             self._wait_ready(clients, timeout_s)
         except BaseException as exc:
             logs = [(Path(n.data_dir) / "redis.log") for n in self.nodes]
