@@ -10,6 +10,12 @@ from typing import Any
 from .failover import DEFAULT_SERVICE, is_sentinel_url, sentinel_url
 
 DEMO_JOBS = "tasks_backend.demo"
+#: URL schemes of a Redis Cluster store (see `tasks_backend.cluster`); redis-py has none of its own.
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.split("://", 1)[0] in CLUSTER_SCHEMES
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -102,6 +108,9 @@ class Settings:
 
     @property
     def effective_broker_url(self) -> str:
+        if self.broker_url is None and is_cluster_url(self.redis_url):
+            raise ValueError("A Redis Cluster cannot be the Celery broker: set CELERY_BROKER_URL to a Redis "
+                             "server or RabbitMQ")
         return self.broker_url or self.redis_url
 
     @classmethod

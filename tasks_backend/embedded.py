@@ -59,6 +59,9 @@ class EmbeddedRedis:
     port: int = field(default_factory=free_port)
     appendonly: bool = True
     data_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="tasks-backend-redis-"))
+    #: More `redis-server` options (a cluster node's, for one).
+    extra_args: tuple[str, ...] = ()
+    binary: str = field(default_factory=redis_server_binary)
     process: subprocess.Popen[bytes] | None = None
     host: str = "127.0.0.1"
 
@@ -83,12 +86,12 @@ class EmbeddedRedis:
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start the server on the same port and data directory (its AOF), without waiting for it."""
-        args = [redis_server_binary(), "--port", str(self.port), "--bind", self.host, "--dir", self.data_dir,
+        args = [self.binary, "--port", str(self.port), "--bind", self.host, "--dir", self.data_dir,
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "yes", "--daemonize", "no",
                 # Job event feeds are short streams: see docker-compose.yml.
                 "--stream-node-max-bytes", "1024",
-                "--logfile", str(Path(self.data_dir) / "redis.log")]
+                "--logfile", str(Path(self.data_dir) / "redis.log"), *self.extra_args]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         preexec_fn=die_with_parent)
         return self.process

@@ -81,8 +81,8 @@ class Keys:
 
     def auth_failures(self, address: str) -> str:
         """Failed authentications from one client address in the current window (hash). Read by the per-request
-        limits script together with the owner-tagged limit keys: on a Redis Cluster that read must become a
-        command of its own (pipelined), since the address and the owner hash to different slots."""
+        limits in the same round trip as the owner-tagged limit keys, but by a script of its own (pipelined),
+        since the address and the owner hash to different Redis Cluster slots."""
         return f"{self.prefix}:{{a:{_digest(address, 12)}}}:authfail"
 
     # -- global --------------------------------------------------------------

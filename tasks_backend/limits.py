@@ -1,9 +1,9 @@
 """Limits per principal, kept in Redis so that they hold across web processes and hosts.
 
-- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script that
-  also reads the caller's address's failed-authentication count. A busy principal's requests are granted in
-  small batches per process (at most 1/50 of its limit, for at most a second), so most requests cost no round
-  trip at all; a principal with a small limit (under 100) is counted request by request.
+- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script, with
+  the caller's address's failed-authentication count read in the same round trip. A busy principal's
+  requests are granted in small batches per process (at most 1/50 of its limit, for at most a second), so most
+  requests cost no round trip at all; a principal with a small limit (under 100) is counted request by request.
 - Failed authentication per client address: counted in a fixed window; past the limit every request from that
   address is refused, good token or not (otherwise the 429 would tell a right guess from a wrong one).
 - Active jobs: counted by the per-request script from the owner index the store already keeps (no write when a
@@ -25,7 +25,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -56,25 +56,18 @@ local function active(k)
 end
 """
 
-#: KEYS: rate hash, unfinished set, prune mark, owner index, the address's failure hash.
-#: ARGV: limit, window (µs), nonce, failure limit, requests wanted at once.
-#: Answers {"granted remaining retry_us reset_us" or "" (no rate limit), unfinished job count, ms the address
-#: stays blocked (0: not blocked)}.
+#: KEYS: rate hash, unfinished set, prune mark, owner index (all the owner's: one Redis Cluster slot).
+#: ARGV: limit, window (µs), nonce, requests wanted at once.
+#: Answers {"granted remaining retry_us reset_us" or "" (no rate limit), unfinished job count, Redis's time in ms}.
 RATE_LUA = ACTIVE_COUNT_LUA + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local active = active(2)
-local blocked = 0
-local failures = tonumber(ARGV[4])
-if failures > 0 then
-  local f = redis.call('HMGET', KEYS[5], 'c', 'e')
-  local left = (tonumber(f[2]) or 0) - math.floor(now / 1000)
-  if (tonumber(f[1]) or 0) >= failures and left > 0 then blocked = left end
-end
+local now_ms = math.floor(now / 1000)
 local limit = tonumber(ARGV[1])
-if limit <= 0 then return {'', active, blocked} end
+if limit <= 0 then return {'', active, now_ms} end
 local st = redis.call('HMGET', KEYS[1], 'tat', 'n', 'r')
-if st[2] == ARGV[3] and st[3] then return {st[3], active, blocked} end
+if st[2] == ARGV[3] and st[3] then return {st[3], active, now_ms} end
 local window = tonumber(ARGV[2])
 local interval = window / limit
 local tat = math.max(tonumber(st[1]) or 0, now)
@@ -83,13 +76,13 @@ local answer
 if fit < 1 then
   answer = '0 0 ' .. string.format('%.0f', tat + interval - now - window) .. ' ' .. string.format('%.0f', tat - now)
 else
-  local granted = math.min(fit, tonumber(ARGV[5]))
+  local granted = math.min(fit, tonumber(ARGV[4]))
   tat = tat + granted * interval
   answer = granted .. ' ' .. (fit - granted) .. ' 0 ' .. string.format('%.0f', tat - now)
 end
 redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'n', ARGV[3], 'r', answer)
 redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
-return {answer, active, blocked}
+return {answer, active, now_ms}
 """
 
 #: KEYS: failure hash (c: count, e: end of the window in ms, n: last nonce). ARGV: window (ms), nonce.
@@ -172,6 +165,22 @@ class Limiter:
             sha = self._sha[source] = str(self.client.script_load(source))
             return self.client.evalsha(sha, len(keys), *keys, *args)
 
+    def _eval_with(self, source: str, keys: list[str], args: tuple[Any, ...], also: Callable[[Any], None]) -> list[Any]:
+        """A script and the commands `also` adds, in one round trip (on a Redis Cluster, one per slot)."""
+        with redis_errors():
+            for attempt in (1, 2):
+                if attempt == 2 or source not in self._sha:
+                    self._sha[source] = str(self.client.script_load(source))
+                pipe = self.client.pipeline(transaction=False)
+                pipe.evalsha(self._sha[source], len(keys), *keys, *args)
+                also(pipe)
+                try:
+                    return list(pipe.execute())
+                except redis.exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
     # -- per request ---------------------------------------------------------------------------
     def admit(self, principal: Principal, address: str | None) -> None:
         """Count one request of `principal` from `address`; raises `RateLimited` over a limit.
@@ -191,12 +200,19 @@ class Limiter:
                 grant.left -= 1
                 _admitted.set((owner, grant))
                 return
-        # One script, one round trip: the address's failure count rides along with the principal's keys (on a
-        # Redis Cluster that read would move to its own command in the same pipeline: a different slot).
-        answer, active, blocked_ms = self._eval(
-            RATE_LUA, [self.keys.rate(owner), *self._active_keys(owner), self.keys.auth_failures(address or "")],
-            s.rate_limit, self._window_us, secrets.token_hex(8), s.auth_failure_limit if check_address else 0,
-            self._batch)
+        # One round trip: the address's failure count is read by a command of its own in the same pipeline (the
+        # address and the principal hash to different Redis Cluster slots), against the rate script's clock.
+        rate_keys = [self.keys.rate(owner), *self._active_keys(owner)]
+        rate_args = (s.rate_limit, self._window_us, secrets.token_hex(8), self._batch)
+        blocked_ms = 0
+        if check_address:
+            failures_key = self.keys.auth_failures(address or "")
+            (answer, active, now_ms), (count, ends) = self._eval_with(
+                RATE_LUA, rate_keys, rate_args, lambda p: p.hmget(failures_key, ["c", "e"]))
+            if int(count or 0) >= s.auth_failure_limit:
+                blocked_ms = max(0, int(ends or 0) - int(now_ms))
+        else:
+            answer, active, _ = self._eval(RATE_LUA, rate_keys, *rate_args)
         granted = int(answer.split(" ", 1)[0]) if answer else self._batch
         grant = Grant(left=granted - 1, until=now + GRANT_S, active=int(active))
         _admitted.set((owner, grant))

@@ -190,6 +190,10 @@ class PushStore:
 
         A subscription put on a finished job has nothing ahead of it. The job is due at once (score 0,
         not this host's clock, which the workers may not share); `now_ms` is accepted for older callers.
+
+        The subscription and its cursor are written together (one slot, the job's); the due entry after
+        them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put
+        that fails between the two has not been acknowledged: the client's retry writes the entry.
         """
         stored = json.dumps(config if format is None else {"format": format, "subscription": config})
         configs_key, cursors_key = self.keys.push_configs(record.id), self.keys.push_cursors(record.id)
@@ -203,9 +207,8 @@ class PushStore:
             pipe.hset(cursors_key, config["id"], cursor.to_json())
             pipe.pexpireat(configs_key, record.expires_ms)
             pipe.pexpireat(cursors_key, record.expires_ms)
-            pipe.zadd(self.keys.push_due(), {record.id: 0})
-            pipe.pexpire(self.keys.push_due(), self.store.max_ttl_ms)
             pipe.execute()
+            self._schedule(record.id, 0)
         return config
 
     def get(self, job_id: str, config_id: str) -> dict[str, Any] | None:

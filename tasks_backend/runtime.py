@@ -9,6 +9,7 @@ import redis
 from celery import Celery
 
 from .auth import Authenticator
+from .cluster import ScriptingCluster
 from .config import Settings
 from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
 from .errors import StoreUnavailable
@@ -86,7 +87,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                   registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
     settings = settings or Settings.from_env()
     client = connect(settings.redis_url, settings.redis_socket_timeout_s, service=settings.redis_service)
-    client.connection_pool.max_connections = settings.redis_max_connections
+    limit_connections(client, settings.redis_max_connections)
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000),
                        replicas=(settings.submit_replicas, int(settings.submit_replicas_timeout_s * 1000)))
     registry = registry or Registry.from_modules(settings.job_modules)
@@ -97,6 +98,14 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
                    _stream_service(settings, store, registry, dispatcher))
 
 
+def limit_connections(client: redis.Redis | ScriptingCluster, limit: int) -> None:
+    """Size the client's pool (a cluster client's: each node's)."""
+    if isinstance(client, redis.Redis):
+        client.connection_pool.max_connections = limit
+    else:
+        client.limit_connections(limit)
+
+
 #: How long one read of a held stream may block in Redis for the next change.
 STREAM_BLOCK_MS = 10_000
 
@@ -105,7 +114,7 @@ def _stream_service(settings: Settings, store: RedisStore, registry: Registry, d
     # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
     client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000,
                      service=settings.redis_service)
-    client.connection_pool.max_connections = settings.redis_max_connections
+    limit_connections(client, settings.redis_max_connections)
     return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
 
 

@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from . import failover
+from .config import is_cluster_url
 from .domain import TERMINAL_STATES, JobRecord, JobState, sources_of
 from .errors import StoreUnavailable
 from .keys import Keys
@@ -32,7 +33,10 @@ from .lua import SCRIPTS
 
 T = TypeVar("T")
 
-_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError)
+# A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
+# own: the same "try again later" to callers.
+_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
+               redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
 
 
 def keepalive_options() -> dict[int, int]:
@@ -64,7 +68,12 @@ class KernelTimeoutConnection(redis.Connection):
 def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> redis.Redis:
     """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang.
 
-    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `failover`)."""
+    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `failover`), a
+    `redis+cluster://` URL a client of the cluster (see `cluster`)."""
+    if is_cluster_url(url):
+        from .cluster import connect_cluster  # it builds on this module
+
+        return connect_cluster(url, timeout_s)  # type: ignore[return-value]  # the store uses the client untyped
     timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
     sentinel = failover.is_sentinel_url(url)
     if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
@@ -140,12 +149,15 @@ class RedisStore:
                     self._sha = {}
         raise AssertionError("unreachable")
 
-    def _run(self, build: Callable[[Any], None]) -> list[Any]:
-        """Run `build(pipeline)` as one round trip."""
+    def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
+        """Run `build(pipeline)` as one round trip. `in_order`: each command must take effect after the ones
+        before it, nothing after a failed one; one Redis runs a pipeline so, a Redis Cluster client is asked to
+        (see `cluster.ScriptingPipeline.execute_in_order`)."""
         def call() -> list[Any]:
             pipe = self.redis.pipeline(transaction=False)
             build(pipe)
-            return list(pipe.execute())
+            ordered = getattr(pipe, "execute_in_order", None) if in_order else None
+            return list(ordered() if ordered is not None else pipe.execute())
 
         return self._scripted(call)
 
@@ -323,7 +335,7 @@ class RedisStore:
             if drop:
                 p.zrem(self.keys.sweep(), job_id)
 
-        outcome, before, at = self._run(build)[0 if sweep_in_ms is None else 1]
+        outcome, before, at = self._run(build, in_order=sweep_in_ms is not None)[0 if sweep_in_ms is None else 1]
         return str(outcome), str(before), int(at)
 
     def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
@@ -417,7 +429,7 @@ class RedisStore:
             self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
             self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, *pairs)
 
-        outcome, still_open = self._run(build)[1]
+        outcome, still_open = self._run(build, in_order=True)[1]
         return str(outcome), int(still_open)
 
     # -- sweeper -------------------------------------------------------------------

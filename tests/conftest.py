@@ -1,7 +1,9 @@
 """Shared fixtures: a real Redis, a real in-process Celery worker, the app over real HTTP.
 
 Redis: `TEST_REDIS_URL` (host and port; the suite uses databases 14 and 15 and unique key prefixes),
-otherwise an embedded redis-server started for the session. Nothing here mocks Redis or Celery.
+otherwise an embedded redis-server started for the session. With `TEST_REDIS_CLUSTER` (`1` to start a
+three-primary cluster on loopback ports for the session, or the `redis+cluster://` URL of one) the job store
+is the cluster and that Redis is only the Celery broker. Nothing here mocks Redis or Celery.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from adapters.app import create_app
 from tasks_backend.auth import token_digest
 from tasks_backend.config import Settings
 from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.embedded_cluster import LocalCluster
 from tasks_backend.runtime import Runtime, build_runtime
 from workers.celery_app import create_celery
 
@@ -42,18 +46,38 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         time.sleep(interval)
 
 
+class RedisBase(str):
+    """`redis://host:port` of a real Redis server; `store_url` is the Redis Cluster the job store uses instead,
+    if any (the server is then the broker)."""
+
+    store_url: str | None = None
+
+
 @pytest.fixture(scope="session")
-def redis_base() -> Iterator[str]:
-    """`redis://host:port` of a real Redis server."""
-    url = os.environ.get("TEST_REDIS_URL")
-    if url:
-        yield url.rstrip("/").rsplit("/", 1)[0] if url.count("/") > 2 else url
-        return
-    server = EmbeddedRedis(appendonly=False).start()
+def redis_base() -> Iterator[RedisBase]:
+    with ExitStack() as stack:
+        url = os.environ.get("TEST_REDIS_URL")
+        if url:
+            base = RedisBase(url.rstrip("/").rsplit("/", 1)[0] if url.count("/") > 2 else url)
+        else:
+            server = EmbeddedRedis(appendonly=False).start()
+            stack.callback(server.stop)
+            base = RedisBase(f"redis://127.0.0.1:{server.port}")
+        cluster = os.environ.get("TEST_REDIS_CLUSTER", "")
+        if cluster == "1":
+            base.store_url = stack.enter_context(local_cluster()).url
+        elif cluster:
+            base.store_url = cluster
+        yield base
+
+
+@contextmanager
+def local_cluster() -> Iterator[LocalCluster]:
+    cluster = LocalCluster().start()
     try:
-        yield f"redis://127.0.0.1:{server.port}"
+        yield cluster
     finally:
-        server.stop()
+        cluster.stop()
 
 
 @pytest.fixture
@@ -99,9 +123,11 @@ def users(token_file: Path) -> Users:
 
 def make_settings(redis_base: str, **overrides: Any) -> Settings:
     suffix = secrets.token_hex(4)
+    store_url = getattr(redis_base, "store_url", None)
     values: dict[str, Any] = {
         # The broker shares the store's database, as by default in production (one round trip per submit).
-        "redis_url": f"{redis_base}/14",
+        "redis_url": store_url or f"{redis_base}/14",
+        "broker_url": f"{redis_base}/14" if store_url else None,
         "key_prefix": f"tbtest{suffix}",
         "queue": f"tbtest{suffix}",
         "job_modules": JOB_MODULES,

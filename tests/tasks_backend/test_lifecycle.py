@@ -69,7 +69,7 @@ def test_cancel_while_queued_never_runs(settings: Settings, tmp_path: Path) -> N
     """Submitted to a queue no worker serves, cancelled, then a worker starts: the job never runs."""
     # A broker in a database of its own: publishing cannot share the store's round trip.
     idle = settings.with_(queue=f"idle-{secrets.token_hex(3)}",
-                          broker_url=settings.redis_url.rsplit("/", 1)[0] + "/15")
+                          broker_url=settings.effective_broker_url.rsplit("/", 1)[0] + "/15")
     rt = build_runtime(idle)
     ledger = tmp_path / "never"
     record, _ = rt.service.submit("alice", "test.steps", {"ledger": str(ledger), "steps": 1})

@@ -11,10 +11,13 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from tasks_backend import Principal
+from tasks_backend.cluster import connect_cluster
 from tasks_backend.domain import JobState
 from tasks_backend.runtime import Runtime, build_runtime
 from tasks_backend.service import JobService
@@ -29,11 +32,11 @@ class DropFirstScriptReply:
     """A TCP proxy to Redis that, once armed, swallows the reply to the next EVALSHA and cuts that
     connection, as a network fault after Redis applied the script would."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], armed: threading.Event | None = None) -> None:
         self.upstream = upstream
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
+        self.armed = armed or threading.Event()
         self.dropped = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -78,11 +81,42 @@ class DropFirstScriptReply:
         self.listener.close()
 
 
+class DropFirstScriptReplyOfAny:
+    """One such proxy per node of a Redis Cluster, armed together: the next EVALSHA to any node loses its reply."""
+
+    def __init__(self, upstreams: list[tuple[str, int]]) -> None:
+        self.armed = threading.Event()
+        self.proxies = {u: DropFirstScriptReply(u, self.armed) for u in upstreams}
+
+    @property
+    def dropped(self) -> int:
+        return sum(p.dropped for p in self.proxies.values())
+
+    def remap(self, address: tuple[str, int]) -> tuple[str, int]:
+        """The cluster names its nodes' own addresses; the client is sent to their proxies instead."""
+        proxy = self.proxies.get(address)
+        return ("127.0.0.1", proxy.port) if proxy else address
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+
+
+Proxied = tuple[JobService, DropFirstScriptReply | DropFirstScriptReplyOfAny]
+
+
 @pytest.fixture
-def proxied(runtime: Runtime) -> Iterator[tuple[JobService, DropFirstScriptReply]]:
-    kwargs = runtime.store.redis.connection_pool.connection_kwargs
-    proxy = DropFirstScriptReply((kwargs["host"], kwargs["port"]))
-    client = connect(f"redis://127.0.0.1:{proxy.port}/{kwargs.get('db', 0)}")
+def proxied(runtime: Runtime) -> Iterator[Proxied]:
+    current: Any = runtime.store.redis
+    proxy: DropFirstScriptReply | DropFirstScriptReplyOfAny
+    if isinstance(current, redis.Redis):
+        kwargs = current.connection_pool.connection_kwargs
+        proxy = DropFirstScriptReply((kwargs["host"], kwargs["port"]))
+        client: Any = connect(f"redis://127.0.0.1:{proxy.port}/{kwargs.get('db', 0)}")
+    else:
+        proxy = DropFirstScriptReplyOfAny([(n.host, n.port) for n in current.get_primaries()])
+        seeds = ",".join(f"127.0.0.1:{p.port}" for p in proxy.proxies.values())
+        client = connect_cluster(f"redis+cluster://{seeds}", 2.0, address_remap=proxy.remap)
     store = RedisStore(client, runtime.store.keys, max_ttl_ms=runtime.store.max_ttl_ms)
     try:
         yield JobService(store, runtime.registry, runtime.dispatcher, runtime.settings), proxy
@@ -215,7 +249,7 @@ def test_create_applied_twice_makes_one_job_and_keeps_its_idempotency_key(runtim
 
 # -- a lost reply, retried by redis-py ----------------------------------------------------------------
 def test_input_whose_reply_was_lost_still_answers_and_resumes_the_job(
-        runtime: Runtime, proxied: tuple[JobService, DropFirstScriptReply], tmp_path: Path) -> None:
+        runtime: Runtime, proxied: Proxied, tmp_path: Path) -> None:
     service, proxy = proxied
     job_id = parked(runtime, tmp_path)
     proxy.armed.set()
@@ -228,7 +262,7 @@ def test_input_whose_reply_was_lost_still_answers_and_resumes_the_job(
 
 
 def test_cancel_whose_reply_was_lost_answers_cancelled(runtime: Runtime,
-                                                       proxied: tuple[JobService, DropFirstScriptReply]) -> None:
+                                                       proxied: Proxied) -> None:
     service, proxy = proxied
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
     proxy.armed.set()
@@ -237,7 +271,7 @@ def test_cancel_whose_reply_was_lost_answers_cancelled(runtime: Runtime,
 
 
 def test_claim_and_finish_whose_replies_were_lost_report_success(
-        runtime: Runtime, proxied: tuple[JobService, DropFirstScriptReply]) -> None:
+        runtime: Runtime, proxied: Proxied) -> None:
     service, proxy = proxied
     store = service.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})

@@ -27,6 +27,12 @@ def own_runtime(runtime: Runtime, **overrides: Any) -> Runtime:
     return build_runtime(runtime.settings.with_(key_prefix=name, queue=name, **overrides))
 
 
+def broker_of(rt: Runtime) -> Any:
+    """The connection the dispatcher pushes job messages on (the store's own when they share a Redis)."""
+    dispatcher: Any = rt.dispatcher
+    return dispatcher.broker
+
+
 def message_job(raw: str) -> str:
     body = json.loads(base64.b64decode(json.loads(raw)["body"]))
     return str(body[0][0])
@@ -61,7 +67,7 @@ def test_a_job_queued_by_an_answer_runs_even_if_the_answering_process_dies(runti
 
 def test_a_backlog_is_not_republished_while_its_messages_wait(runtime: Runtime) -> None:
     rt = own_runtime(runtime, queued_grace_s=0.2)
-    broker, queue = rt.store.redis, rt.settings.queue
+    broker, queue = broker_of(rt), rt.settings.queue
     jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(5)]
     assert broker.llen(queue) == 5
     looks: dict[str, int] = {}
@@ -80,7 +86,7 @@ def test_a_backlog_is_not_republished_while_its_messages_wait(runtime: Runtime) 
 
 def test_a_message_that_left_the_queue_without_a_claim_is_republished(runtime: Runtime) -> None:
     rt = own_runtime(runtime, queued_grace_s=0.2)
-    broker, queue, store = rt.store.redis, rt.settings.queue, rt.store
+    broker, queue, store = broker_of(rt), rt.settings.queue, rt.store
     jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(3)]
     wait_until(lambda: rt.sweeper().sweep_once().get("later", 0) >= 3, 10, interval=0.1,
                message="a first look past the grace")
@@ -106,7 +112,7 @@ def test_a_message_that_left_the_queue_without_a_claim_is_republished(runtime: R
 
 def test_a_lone_job_whose_message_was_removed_is_republished(runtime: Runtime) -> None:
     rt = own_runtime(runtime, queued_grace_s=0.2)
-    broker, queue = rt.store.redis, rt.settings.queue
+    broker, queue = broker_of(rt), rt.settings.queue
     lone = rt.service.submit(ALICE, "test.noop", {})[0].id
     assert message_job(broker.rpop(queue)) == lone
     wait_until(lambda: rt.sweeper().sweep_once() is not None and broker.llen(queue) == 1, 10, interval=0.1,
@@ -125,4 +131,4 @@ def test_one_pass_looks_at_every_job_that_is_due(runtime: Runtime) -> None:
     counts = rt.sweeper().sweep_once()
     assert counts == {"later": count}
     assert rt.store.redis.zcount(rt.store.keys.sweep(), "-inf", 1) == 0
-    rt.store.redis.delete(rt.settings.queue)
+    broker_of(rt).delete(rt.settings.queue)
