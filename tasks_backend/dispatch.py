@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import time
 import uuid
 from typing import Any, Protocol
@@ -218,8 +219,10 @@ class AmqpDispatcher(CeleryDispatcher):
 
     def __init__(self, settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> None:
         super().__init__(settings, app)
+        # Flushed well within the grace: the sweeper's first look at a job must find its message counted.
         self.tally = amqp.PushTally(store_client, amqp.pushes_key(settings),
-                                    int(settings.max_ttl_s * 1000) + 86_400_000)
+                                    ttl_ms=int(settings.max_ttl_s * 1000) + 86_400_000,
+                                    flush_s=min(amqp.TALLY_FLUSH_S, settings.queued_grace_s / 4))
         self.dead_letters = amqp.DeadLetters(self.app, settings)
         self._declared = False
 
@@ -232,6 +235,10 @@ class AmqpDispatcher(CeleryDispatcher):
                 log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
                 raise DispatchUnavailable() from exc
             self._declared = True
+        if countdown_s:
+            # The broker delays in whole seconds (Celery truncates, and refuses a delay under one second):
+            # round up, so that a retry never runs before its backoff.
+            countdown_s = float(math.ceil(countdown_s))
         super().publish(job_id, operation, countdown_s)
         if not countdown_s:
             # A delayed message waits in Celery's delay queues, not in ours, until it is due: uncounted,
