@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from kombu import Exchange, Queue
+from kombu import Connection, Exchange, Queue
 
 from .config import Settings
 from .domain import JobState
@@ -198,6 +198,19 @@ def declare_dead_letter_queue(app: Celery, settings: Settings) -> None:
         channel: Any = conn.channel()
         try:
             dead_letter_queue(settings)(channel).declare()
+        finally:
+            channel.close()
+
+
+def delete_queue(broker_url: str, queue: str) -> None:
+    """Delete a job queue, its dead letters and its exchange (tests and soak runs clean up with it)."""
+    with Connection(broker_url, connect_timeout=3) as conn:
+        conn.ensure_connection(max_retries=1, timeout=3)
+        channel: Any = conn.channel()
+        try:
+            for name in (queue, dead_letter_queue_name(queue)):
+                channel.queue_delete(queue=name)
+            channel.exchange_delete(exchange=queue)
         finally:
             channel.close()
 

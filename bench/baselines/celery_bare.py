@@ -32,8 +32,21 @@ def make_app(broker_url: str, result_backend: str | None) -> Celery:
         broker_connection_retry_on_startup=True,
     )
 
+    if broker_url.startswith("amqp"):
+        # What the product runs on RabbitMQ (a quorum queue, every publish confirmed), so the two compare
+        # like for like: bench/scaling.py.
+        app.conf.update(task_default_queue_type="quorum", broker_transport_options={"confirm_publish": True},
+                        worker_detect_quorum_queues=True)
+
     @app.task(name="bench.bare_noop")
     def noop() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.task(name="bench.bare_hold")
+    def hold(gate: str) -> dict[str, Any]:
+        from bench.jobs import hold_until
+
+        hold_until(gate)
         return {"ok": True}
 
     return app

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 
 from kombu import Connection
 
-from tasks_backend.amqp import dead_letter_queue_name
+from tasks_backend.amqp import delete_queue
 from tasks_backend.config import Settings
 
 AMQP_URL = os.environ.get("TEST_AMQP_URL") or "amqp://guest:guest@127.0.0.1:5672//"
@@ -91,10 +91,5 @@ def depth(settings: Settings, queue: str) -> int:
 
 def remove(settings: Settings) -> None:
     """Delete the job queue, its dead letters and its exchange."""
-    def call(ch: Any) -> None:
-        for queue in (settings.queue, dead_letter_queue_name(settings.queue)):
-            ch.queue_delete(queue=queue)
-        ch.exchange_delete(exchange=settings.queue)
-
     with contextlib.suppress(Exception):
-        _channel_call(settings.effective_broker_url, call)
+        delete_queue(settings.effective_broker_url, settings.queue)
