@@ -165,10 +165,13 @@ def run(jobs: int, reps: int, amqp_url: str, logs: Path) -> list[Row]:
                             print(f"  {broker}, {workers} worker(s), {side.name}: {rate:,.0f} jobs/s",
                                   file=sys.stderr, flush=True)
                     ours, theirs = median(rates[("product", workers)]), median(rates[("bare Celery", workers)])
+                    # Each rep's two sides ran back to back: the median of their ratios cancels slow drift.
+                    paired = median([a / b for a, b in zip(rates[("product", workers)], rates[("bare Celery", workers)],
+                                                           strict=True)])
                     scale = (f"{ours / median(rates[('product', 1)]):.2f}x / "
                              f"{theirs / median(rates[('bare Celery', 1)]):.2f}x of 1 worker")
                     rows.append(Row(f"no-op jobs, {workers} worker process{'es' if workers > 1 else ''}, {broker}",
-                                    "jobs/s", "side by side", ours, theirs, ours / theirs, None,
+                                    "jobs/s", "side by side", ours, theirs, paired, None,
                                     note=f"product / bare: {scale}",
                                     samples={"product": rates[("product", workers)],
                                              "baseline": rates[("bare Celery", workers)]}))
@@ -190,10 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logs = ROOT / "bench" / "results" / f"{stamp}-scaling"
     (logs / "redis").mkdir(parents=True)
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()[0]
     rows = run(jobs, args.reps, args.amqp_url, logs)
+    # Other work on the machine moves these figures more than anything measured: say how busy it was.
     header = (f"tasks-backend scaling benchmark, {jobs} jobs per cell, {args.reps} rep(s), {stamp}, "
-              f"{time.monotonic() - started:.0f} s; {os.cpu_count()} cores")
+              f"{time.monotonic() - started:.0f} s; {os.cpu_count()} cores, load average {load_before:.1f} before, "
+              f"{os.getloadavg()[0]:.1f} after")
     print(header)
     print(table(rows))
     (logs / "table.md").write_text(header + "\n\n" + markdown(rows) + "\n")

@@ -38,11 +38,12 @@ def make_app(broker_url: str, result_backend: str | None) -> Celery:
         app.conf.update(task_default_queue_type="quorum", broker_transport_options={"confirm_publish": True},
                         worker_detect_quorum_queues=True)
 
-    @app.task(name="bench.bare_noop")
+    # Not shared: bench/scaling.py makes an app per broker in one process.
+    @app.task(name="bench.bare_noop", shared=False)
     def noop() -> dict[str, Any]:
         return {"ok": True}
 
-    @app.task(name="bench.bare_hold")
+    @app.task(name="bench.bare_hold", shared=False)
     def hold(gate: str) -> dict[str, Any]:
         from bench.jobs import hold_until
 
