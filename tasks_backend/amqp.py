@@ -22,10 +22,12 @@ earlier message has left it, whatever the counter missed (see `lua.SWEEP_ONE`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -154,9 +156,7 @@ class DeadLetters:
         a job already finished is left as it is), so Redis going away leaves it in the queue."""
         error = json.dumps(self.error())
         taken = 0
-        with self.app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-            channel: Any = conn.channel()
+        with pooled_channel(self.app) as channel:
             try:
                 dead_letter_queue(self.settings)(channel).declare()
                 while taken < limit:
@@ -172,8 +172,6 @@ class DeadLetters:
                     taken += 1
             except StoreUnavailable:
                 log.warning("dead letters left for the next pass: Redis is unreachable")
-            finally:
-                channel.close()
         return taken
 
 
@@ -193,13 +191,37 @@ def _job_id(message: Any) -> str | None:
 
 def declare_dead_letter_queue(app: Celery, settings: Settings) -> None:
     """Declare `<queue>.dead` (idempotent): RabbitMQ drops a dead letter whose queue does not exist."""
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=1, timeout=2)
-        channel: Any = conn.channel()
+    with pooled_channel(app) as channel:
+        dead_letter_queue(settings)(channel).declare()
+
+
+def waiting(app: Celery, queue: str) -> int:
+    """Messages ready in `queue` (a passive declare; raises if the queue does not exist)."""
+    with pooled_channel(app) as channel:
+        return int(channel.queue_declare(queue=queue, passive=True)[1])
+
+
+@contextlib.contextmanager
+def pooled_channel(app: Celery) -> Iterator[Any]:
+    """A channel of its own on one of the app's pooled broker connections, closed after use.
+
+    The sweeper asks the broker something every pass: a connection per question would fill RabbitMQ's
+    log with connections opened and closed. A connection that failed is closed, so that the next use
+    connects afresh."""
+    pool: Any = app.pool  # (the type stubs mix up the connection and producer pools)
+    with pool.acquire(block=True, timeout=2) as conn:
         try:
-            dead_letter_queue(settings)(channel).declare()
-        finally:
-            channel.close()
+            conn.ensure_connection(max_retries=1, timeout=2)
+            channel: Any = conn.channel()
+            try:
+                yield channel
+            finally:
+                with contextlib.suppress(Exception):
+                    channel.close()
+        except Exception:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
 
 
 def delete_queue(broker_url: str, queue: str) -> None:

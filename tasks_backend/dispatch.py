@@ -248,13 +248,6 @@ class AmqpDispatcher(CeleryDispatcher):
     def backlog(self) -> tuple[int, int] | None:
         pushed = self.tally.read()
         try:
-            with self.app.connection_for_read() as conn:
-                conn.ensure_connection(max_retries=1, timeout=2)
-                channel: Any = conn.channel()
-                try:
-                    _, waiting, _ = channel.queue_declare(queue=self.settings.queue, passive=True)
-                finally:
-                    channel.close()
+            return pushed, amqp.waiting(self.app, self.settings.queue)
         except Exception as exc:  # a missing queue included: the sweeper then backs off by time
             raise DispatchUnavailable() from exc
-        return pushed, int(waiting)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from .amqp import DeadLetters
 from .config import Settings
 from .dispatch import AmqpDispatcher, Dispatcher
 from .errors import DispatchUnavailable, ServiceUnavailable
@@ -37,7 +38,7 @@ class Sweeper:
         if not self.store.try_lock("sweep", max(interval_ms // 2, 100)):
             return counts
         if isinstance(self.dispatcher, AmqpDispatcher):
-            self._fail_dead_letters(counts)
+            self._fail_dead_letters(self.dispatcher.dead_letters, counts)
         seen: set[str] = set()
         for _ in range(max_rounds):
             now, due = self.store.due_for_sweep(self.batch)
@@ -76,11 +77,10 @@ class Sweeper:
             settled.append((job_id, score, when if action in ("republish", "later") else None))
         self.store.settle_sweep(settled)
 
-    def _fail_dead_letters(self, counts: dict[str, int]) -> None:
+    def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:
         """RabbitMQ dead-letters a message past its delivery limit; its job is failed here (see `amqp`)."""
-        assert isinstance(self.dispatcher, AmqpDispatcher)
         try:
-            taken = self.dispatcher.dead_letters.fail_all(self.store)
+            taken = dead_letters.fail_all(self.store)
         except Exception as exc:  # the broker unreachable: the dead letters wait in their queue
             log.warning("dead letters not read: %s", type(exc).__name__)
             return
