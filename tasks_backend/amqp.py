@@ -13,11 +13,15 @@ a quorum), and one that raises is left to the sweeper, as with Redis.
 
 The sweeper tells a job waiting behind a long backlog from one whose publish was lost by comparing
 how many job messages were ever confirmed (a counter in Redis) with how many wait in the queue now
-(`queue.declare` passive). The count is kept off the submit path: each process adds its confirms up in
-memory and a background thread adds them to the Redis counter every `TALLY_FLUSH_S`. So the counter
-only ever lags (a process that dies loses its last unflushed confirms; redeliveries are never counted),
-which can only make the sweeper wait longer before it republishes: once the queue has drained, every
-earlier message has left it, whatever the counter missed (see `lua.SWEEP_ONE`).
+(`queue.declare` passive): at its first look at a queued job it notes the count, and it republishes only
+once that many messages have left the queue and a grace has passed (`lua.SWEEP_ONE`). The count is kept
+off the submit path: each process adds its confirms up in memory and a background thread adds them to
+the Redis counter every `TALLY_FLUSH_S` (at most a quarter of the grace, so a job's own message is
+counted before the sweeper's first look at it). Messages the count misses (redeliveries, delayed
+retries, a process that died with confirms unflushed) make the sweeper wait longer, never republish a
+waiting job again and again: once the queue drains, every message counted before has left it. The one
+cost of a count lost for good is that a job published just then may be republished once as it nears the
+head of the queue; its claim makes the second message harmless.
 """
 
 from __future__ import annotations
