@@ -146,3 +146,17 @@ def _lease_lapsed(runtime: Runtime, job_id: str) -> bool:
     record = runtime.store.get(job_id)
     seconds, micros = runtime.store.redis.time()
     return record is not None and record.lease_until_ms < int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_the_sweeper_carries_on_while_rabbitmq_is_unreachable(amqp_settings: Settings) -> None:
+    """Neither the dead letters nor the backlog can be read: the pass still runs (a lost publish is retried
+    with a time backoff), and the job is published once the broker answers again."""
+    down = amqp_settings.with_(broker_url=rabbit.DEAD_AMQP_URL)
+    runtime = build_runtime(down)
+    record, _ = runtime.service.submit(ALICE, "test.noop", {})
+    assert runtime.service.get(ALICE, record.id).state is JobState.QUEUED
+    _sweep_until(runtime.sweeper(), lambda t: t.get("republish", 0) >= 1, 30, message="a republish attempt")
+    assert rabbit.depth(amqp_settings, amqp_settings.queue) == 0
+    live = build_runtime(amqp_settings)
+    _sweep_until(live.sweeper(), lambda _: rabbit.depth(amqp_settings, amqp_settings.queue) == 1, 30,
+                 message="the job to be published once RabbitMQ answers")
