@@ -57,6 +57,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--receivers", default="slow,dead,malformed",
                    help="the push receiver each push job gets besides the healthy one (comma-separated)")
     p.add_argument("--keep", action="store_true", help="keep the run directory (logs, AOF, ledger) even on success")
+    p.add_argument("--broker", default=None, metavar="AMQP_URL",
+                   help="RabbitMQ as the broker (`amqp://…`); by default the store's Redis is the broker too")
     return p.parse_args(argv)
 
 
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan.of(args.quick, args.jobs)
     options = [*(["--jobs", str(args.jobs)] if args.jobs else []),
                *(["--supervise", args.supervise] if args.supervise != "on-failure" else []),
-               *(["--receivers", args.receivers] if args.receivers != "slow,dead,malformed" else [])]
+               *(["--receivers", args.receivers] if args.receivers != "slow,dead,malformed" else []),
+               *(["--broker", args.broker] if args.broker else [])]
     command = f"make soak{' QUICK=1' if args.quick else ''} SEED={seed}" + (
         f" SOAK_ARGS='{' '.join(options)}'" if options else "")
     if faketime_library() is None:
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     slow, malformed = Receiver(delay_s=0.5), Malformed()
     offered = {"slow": slow.url, "dead": dead_url(), "malformed": malformed.url}
     others = {name: offered[name] for name in args.receivers.split(",") if name}
-    system = System(run_dir, env=env_for(run_dir, tokens, downstream.url), supervise=args.supervise)
+    system = System(run_dir, env=env_for(run_dir, tokens, downstream.url), supervise=args.supervise,
+                    broker_url=args.broker)
     api = Api(system.base_url)
     token_list = list(tokens.values())
     system.on_event = lambda e: print(f"  [{e.at - t0:7.1f}s] {e.process}: {e.what}", flush=True)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks_backend.amqp import delete_queue
 from tasks_backend.embedded import EmbeddedRedis, free_port
 
 from .proxy import Proxy
@@ -117,8 +118,13 @@ class Child:
 
 class System:
     def __init__(self, run_dir: Path, *, env: dict[str, str], supervise: str = "on-failure",
-                 web_workers: int = 2, worker_count: int = 2, concurrency: int = 2) -> None:
+                 web_workers: int = 2, worker_count: int = 2, concurrency: int = 2,
+                 broker_url: str | None = None) -> None:
         self.run_dir = run_dir
+        #: RabbitMQ (`amqp://…`), reached directly: the proxy's faults are the store's. None: the store's Redis.
+        self.broker_url = broker_url
+        # A queue of the run's own on a broker that outlives the run (deleted in `close`).
+        self.queue = f"{env['TASKS_BACKEND_QUEUE']}-{os.getpid()}" if broker_url else env["TASKS_BACKEND_QUEUE"]
         self.policy = supervise
         self.concurrency = concurrency
         self.web_workers = web_workers
@@ -145,7 +151,8 @@ class System:
         self.redis.start()
         self.proxy = Proxy(self.redis.port)
         # Every process reaches Redis through the proxy (the harness alone goes direct, to observe).
-        proxied = {**self.base_env, "REDIS_URL": self.proxy.url, "CELERY_BROKER_URL": self.proxy.url}
+        proxied = {**self.base_env, "REDIS_URL": self.proxy.url, "CELERY_BROKER_URL": self.broker_url or self.proxy.url,
+                   "TASKS_BACKEND_QUEUE": self.queue}
         logs = self.run_dir
         self.children["web"] = Child("web", [*_console("tasks-backend"), "web", "--workers", str(self.web_workers),
                                              "--threads", "4", "--bind", f"127.0.0.1:{self.web_port}"],
@@ -222,3 +229,5 @@ class System:
         if self.proxy is not None:
             self.proxy.close()
         self.redis.stop()
+        if self.broker_url:
+            delete_queue(self.broker_url, self.queue)

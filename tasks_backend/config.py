@@ -61,6 +61,8 @@ class Settings:
     queued_grace_s: float = 30.0
     sweep_interval_s: float = 5.0
     visibility_timeout_s: float = 4 * 3600.0
+    #: RabbitMQ only: deliveries of one message after which it is dead-lettered and its job failed.
+    delivery_limit: int = 5
 
     redis_socket_timeout_s: float = 2.0
     #: Redis connections one process may open: with gevent web workers every open request (an event stream
@@ -146,6 +148,7 @@ class Settings:
             "queued_grace_s": _float(e, "TASKS_BACKEND_QUEUED_GRACE", cls.queued_grace_s),
             "sweep_interval_s": _float(e, "TASKS_BACKEND_SWEEP_INTERVAL", cls.sweep_interval_s),
             "visibility_timeout_s": _float(e, "TASKS_BACKEND_VISIBILITY_TIMEOUT", cls.visibility_timeout_s),
+            "delivery_limit": _int(e, "TASKS_BACKEND_DELIVERY_LIMIT", cls.delivery_limit),
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
             "redis_max_connections": _int(e, "TASKS_BACKEND_REDIS_MAX_CONNECTIONS", cls.redis_max_connections),
             "max_body_bytes": _int(e, "TASKS_BACKEND_MAX_BODY", cls.max_body_bytes),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import time
 import uuid
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 import redis
 from celery import Celery
 
+from . import amqp
 from .config import Settings
 from .errors import DispatchUnavailable
 from .failover import is_sentinel_url
@@ -80,6 +82,8 @@ def celery_config(settings: Settings, *, consumer: bool = False) -> dict[str, An
         "task_publish_retry_policy": {"max_retries": 2, "interval_start": 0, "interval_step": 0.2,
                                       "interval_max": 0.5},
     }
+    if amqp.is_amqp(settings.effective_broker_url):
+        config.update(amqp.amqp_config(settings))
     config.update(settings.celery_overrides)
     return config
 
@@ -213,3 +217,43 @@ class RedisDispatcher(CeleryDispatcher):
             return bool(self.broker.ping())
         except redis.RedisError:
             return False
+
+
+class AmqpDispatcher(CeleryDispatcher):
+    """Publishes to RabbitMQ through Celery, each publish confirmed; see `tasks_backend.amqp` for the
+    queue's shape, the dead letters and how `backlog` is kept off the submit path."""
+
+    def __init__(self, settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> None:
+        super().__init__(settings, app)
+        # Flushed well within the grace: the sweeper's first look at a job must find its message counted.
+        self.tally = amqp.PushTally(store_client, amqp.pushes_key(settings),
+                                    ttl_ms=int(settings.max_ttl_s * 1000) + 86_400_000,
+                                    flush_s=min(amqp.TALLY_FLUSH_S, settings.queued_grace_s / 4))
+        self.dead_letters = amqp.DeadLetters(self.app, settings)
+        self._declared = False
+
+    def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
+        if not self._declared:
+            # Once per process, before the first message can exist: a dead letter with no queue is dropped.
+            try:
+                amqp.declare_dead_letter_queue(self.app, self.settings)
+            except Exception as exc:
+                log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
+                raise DispatchUnavailable() from exc
+            self._declared = True
+        if countdown_s:
+            # The broker delays in whole seconds (Celery truncates, and refuses a delay under one second):
+            # round up, so that a retry never runs before its backoff.
+            countdown_s = float(math.ceil(countdown_s))
+        super().publish(job_id, operation, countdown_s)
+        if not countdown_s:
+            # A delayed message waits in Celery's delay queues, not in ours, until it is due: uncounted,
+            # it reaches our queue as an uncounted message would (the count only lags).
+            self.tally.add()
+
+    def backlog(self) -> tuple[int, int] | None:
+        pushed = self.tally.read()
+        try:
+            return pushed, amqp.waiting(self.app, self.settings.queue)
+        except Exception as exc:  # a missing queue included: the sweeper then backs off by time
+            raise DispatchUnavailable() from exc

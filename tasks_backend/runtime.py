@@ -8,10 +8,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from celery import Celery
 
+from .amqp import is_amqp
 from .auth import Authenticator
 from .cluster import ScriptingCluster
 from .config import Settings
-from .dispatch import CeleryDispatcher, Dispatcher, RedisDispatcher
+from .dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatcher
 from .errors import StoreUnavailable
 from .execution import Executor
 from .keys import Keys
@@ -73,8 +74,10 @@ class Runtime:
 
 def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery | None = None) -> Dispatcher:
     """Direct Redis publishing for a Redis broker (sharing the store's connection when it is the same
-    server and database); Celery's own publishing for any other broker."""
+    server and database); confirmed publishes for RabbitMQ; Celery's own publishing for any other broker."""
     broker_url = settings.effective_broker_url
+    if is_amqp(broker_url):
+        return AmqpDispatcher(settings, store_client, app)
     if not broker_url.startswith(("redis://", "rediss://", "unix://", "sentinel://")):
         return CeleryDispatcher(settings, app)
     shares = broker_url == settings.redis_url

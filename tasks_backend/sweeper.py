@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 
+from .amqp import DeadLetters
 from .config import Settings
-from .dispatch import Dispatcher
+from .dispatch import AmqpDispatcher, Dispatcher
 from .errors import DispatchUnavailable, ServiceUnavailable
 from .stats import JobStats
 from .store import RedisStore
@@ -36,6 +37,8 @@ class Sweeper:
         interval_ms = int(self.settings.sweep_interval_s * 1000)
         if not self.store.try_lock("sweep", max(interval_ms // 2, 100)):
             return counts
+        if isinstance(self.dispatcher, AmqpDispatcher):
+            self._fail_dead_letters(self.dispatcher.dead_letters, counts)
         seen: set[str] = set()
         for _ in range(max_rounds):
             now, due = self.store.due_for_sweep(self.batch)
@@ -73,6 +76,16 @@ class Sweeper:
                     when = now + interval_ms
             settled.append((job_id, score, when if action in ("republish", "later") else None))
         self.store.settle_sweep(settled)
+
+    def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:
+        """RabbitMQ dead-letters a message past its delivery limit; its job is failed here (see `amqp`)."""
+        try:
+            taken = dead_letters.fail_all(self.store)
+        except Exception as exc:  # the broker unreachable: the dead letters wait in their queue
+            log.warning("dead letters not read: %s", type(exc).__name__)
+            return
+        if taken:
+            counts["dead_lettered"] = taken
 
     def _orphan(self, job_id: str) -> bool:
         """A job written by a submit that then lost its idempotency race, and whose submitter died

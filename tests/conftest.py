@@ -95,6 +95,45 @@ def sentinel_group(tmp_path: Path) -> Iterator[Any]:
         group.stop()
 
 
+@pytest.fixture(scope="session")
+def amqp_url() -> Iterator[str]:
+    """`amqp://…` of a real RabbitMQ (`TEST_AMQP_URL`, or the local one `make test` starts), in a vhost
+    of the session's own."""
+    from tests.support.rabbit import AMQP_URL, reachable, session_vhost
+
+    assert reachable(AMQP_URL), f"RabbitMQ is not reachable at {AMQP_URL}: `make rabbitmq` starts one"
+    with session_vhost(AMQP_URL) as url:
+        yield url
+
+
+#: The brokers a test marked with the `broker` fixture runs against.
+BROKERS = ("redis", "rabbitmq")
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The `broker_url` setting for each broker: None (the store's Redis), or RabbitMQ. Use with
+    `forget_broker` (or `make_broker_settings`) so that the test's queue is deleted afterwards."""
+    yield None if request.param == "redis" else request.getfixturevalue("amqp_url")
+
+
+@pytest.fixture
+def make_broker_settings(broker: str | None, redis_base: str) -> Iterator[Callable[..., Settings]]:
+    """`make_settings` on the test's broker; RabbitMQ queues made this way are deleted at the end."""
+    made: list[Settings] = []
+
+    def make(base: str | None = None, **overrides: Any) -> Settings:
+        made.append(make_settings(base or redis_base, broker_url=broker, **overrides))
+        return made[-1]
+
+    yield make
+    if broker is not None:
+        from tests.support.rabbit import remove
+
+        for settings in made:
+            remove(settings)
+
+
 class Users:
     """Principals with bearer tokens, written to a token file the app re-reads."""
 

@@ -133,7 +133,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_runs_every_process_with_redis(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == APP_SERVICES | {"redis"}
+    assert set(services) == APP_SERVICES | {"redis", "rabbitmq"}
     commands = {name: services[name]["command"] for name in APP_SERVICES}
     assert commands["web"][:2] == ["tasks-backend", "web"]
     assert commands["worker"][:2] == ["tasks-backend", "worker"]
@@ -142,8 +142,18 @@ def test_compose_runs_every_process_with_redis(compose: dict[str, Any]) -> None:
     for name in APP_SERVICES:
         env = services[name]["environment"]
         assert env["REDIS_URL"].startswith("redis://redis:")
-        assert env["CELERY_BROKER_URL"].startswith("redis://redis:")
+        assert env["CELERY_BROKER_URL"].startswith("${CELERY_BROKER_URL:-redis://redis:")  # Redis unless set
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_compose_rabbitmq_profile_is_the_optional_broker(compose: dict[str, Any]) -> None:
+    """RabbitMQ starts only with `--profile rabbitmq`; the app waits for it only when it runs, and uses it
+    when CELERY_BROKER_URL says so (Redis otherwise)."""
+    rabbitmq = compose["services"]["rabbitmq"]
+    assert rabbitmq["profiles"] == ["rabbitmq"] and "ports" not in rabbitmq
+    assert any(v.endswith(":/var/lib/rabbitmq") for v in rabbitmq["volumes"])
+    for name in APP_SERVICES:
+        assert compose["services"][name]["depends_on"]["rabbitmq"]["required"] is False
 
 
 def test_compose_redis_is_durable_and_never_evicts(compose: dict[str, Any]) -> None:

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.soak
 @pytest.mark.timeout(360)
-def test_quick_soak_keeps_every_promise() -> None:
+def test_quick_soak_keeps_every_promise(broker: str | None) -> None:
+    """Once with the store's Redis as the broker, once with RabbitMQ (in the session's vhost)."""
     # One fixed schedule in the suite, so that a red run replays exactly; `make soak` draws a new one each time.
     seed = os.environ.get("SOAK_SEED", "1")
-    argv = [sys.executable, "-m", "soak", "--quick", "--seed", seed]
+    argv = [sys.executable, "-m", "soak", "--quick", "--seed", seed, *(["--broker", broker] if broker else [])]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=330, check=False)
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]

@@ -32,8 +32,22 @@ def make_app(broker_url: str, result_backend: str | None) -> Celery:
         broker_connection_retry_on_startup=True,
     )
 
-    @app.task(name="bench.bare_noop")
+    if broker_url.startswith("amqp"):
+        # What the product runs on RabbitMQ (a quorum queue, every publish confirmed), so the two compare
+        # like for like: bench/scaling.py.
+        app.conf.update(task_default_queue_type="quorum", broker_transport_options={"confirm_publish": True},
+                        worker_detect_quorum_queues=True)
+
+    # Not shared: bench/scaling.py makes an app per broker in one process.
+    @app.task(name="bench.bare_noop", shared=False)
     def noop() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.task(name="bench.bare_hold", shared=False)
+    def hold(gate: str) -> dict[str, Any]:
+        from bench.jobs import hold_until
+
+        hold_until(gate)
         return {"ok": True}
 
     return app

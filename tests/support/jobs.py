@@ -130,6 +130,14 @@ def crash(ctx: JobContext, ledger: str) -> None:
     os.kill(os.getpid(), 9)
 
 
+@job("test.crash_worker", params=CrashParams, ttl=600, poll_interval=0.1)
+def crash_worker(ctx: JobContext, ledger: str) -> None:
+    """Kills the whole worker it runs in (the process group the tests start it in), every time: the
+    broker gets its message back with the connection, unacknowledged."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    os.killpg(os.getpgrp(), 9)
+
+
 #: Every kind of question the web page turns into a form field.
 SHIPPING_FORM = {
     "type": "object",

@@ -36,6 +36,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TASKS_BACKEND_QUEUED_GRACE": str(settings.queued_grace_s),
         "TASKS_BACKEND_SWEEP_INTERVAL": str(settings.sweep_interval_s),
         "TASKS_BACKEND_VISIBILITY_TIMEOUT": str(settings.visibility_timeout_s),
+        "TASKS_BACKEND_DELIVERY_LIMIT": str(settings.delivery_limit),
         "LOG_FORMAT": "json",
         # The test jobs live in this checkout, which a console script does not put on sys.path.
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),

@@ -1,5 +1,6 @@
 """Chaos with real processes and real signals: killed pool processes and workers, a Redis restart,
-lost publishes, poison jobs. Each test gets its own queue, key prefix, worker and sweeper processes."""
+lost publishes, poison jobs. Each test gets its own queue, key prefix, worker and sweeper processes, and
+runs once with the store's Redis as the broker and once with RabbitMQ (the `broker` fixture)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from tasks_backend.config import Settings
 from tasks_backend.domain import JobState
 from tasks_backend.embedded import EmbeddedRedis
 from tasks_backend.runtime import Runtime, build_runtime
-from tests.conftest import make_settings, wait_until
+from tests.conftest import wait_until
+from tests.support import rabbit
 from tests.support.procs import Proc, sweeper_process, worker_process
 
 pytestmark = pytest.mark.chaos
@@ -76,8 +78,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(redis_base: str, tmp_path: Path) -> Iterator[Cluster]:
-    settings = make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
+def cluster(make_broker_settings: Callable[..., Settings], tmp_path: Path) -> Iterator[Cluster]:
+    settings = make_broker_settings(lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
                              visibility_timeout_s=30.0)
     c = Cluster(settings, tmp_path)
     try:
@@ -129,8 +131,9 @@ def test_killed_worker_is_replaced_and_the_job_picked_up(cluster: Cluster, tmp_p
     assert effects(ledger) == [0, 1, 2]
 
 
-def test_poison_job_fails_after_bounded_attempts(redis_base: str, tmp_path: Path) -> None:
-    settings = make_settings(redis_base, lease_s=1.0, queued_grace_s=1.0, sweep_interval_s=0.2, max_attempts=2)
+def test_poison_job_fails_after_bounded_attempts(make_broker_settings: Callable[..., Settings],
+                                                 tmp_path: Path) -> None:
+    settings = make_broker_settings(lease_s=1.0, queued_grace_s=1.0, sweep_interval_s=0.2, max_attempts=2)
     cluster = Cluster(settings, tmp_path)
     try:
         cluster.worker("w1", concurrency=1)
@@ -148,8 +151,11 @@ def test_poison_job_fails_after_bounded_attempts(redis_base: str, tmp_path: Path
 def test_lost_publish_is_republished_by_the_sweeper(cluster: Cluster, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
     record, _ = cluster.runtime.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 1})
-    broker = redis.Redis.from_url(cluster.settings.effective_broker_url)
-    assert broker.delete(cluster.settings.queue) == 1  # the message is gone, as in the BRPOP loss window
+    # The message is gone, as in the BRPOP loss window (Redis) or a queue lost with its node (RabbitMQ).
+    if cluster.settings.broker_url is None:
+        assert redis.Redis.from_url(cluster.settings.effective_broker_url).delete(cluster.settings.queue) == 1
+    else:
+        assert rabbit.purge(cluster.settings) == 1
     cluster.worker("w1", concurrency=1)
     cluster.sweeper()
     wait_until(lambda: state(cluster.runtime, record.id) is JobState.COMPLETED, 30, message="completion")
@@ -157,7 +163,8 @@ def test_lost_publish_is_republished_by_the_sweeper(cluster: Cluster, tmp_path: 
 
 
 def test_broker_unreachable_at_submit_still_runs_the_job(cluster: Cluster, tmp_path: Path) -> None:
-    dead = cluster.settings.with_(broker_url="redis://127.0.0.1:1/0")
+    dead = cluster.settings.with_(broker_url="redis://127.0.0.1:1/0" if cluster.settings.broker_url is None
+                                  else rabbit.DEAD_AMQP_URL)
     submitting = build_runtime(dead)
     ledger = tmp_path / "ledger"
     record, _ = submitting.service.submit(ALICE, "test.steps", {"ledger": str(ledger), "steps": 1})
@@ -180,7 +187,7 @@ def test_parked_jobs_hold_no_worker(cluster: Cluster, tmp_path: Path) -> None:
     wait_until(lambda: state(cluster.runtime, parked[0]) is JobState.COMPLETED, 15, message="the answered job")
 
 
-def test_redis_restart_mid_job(tmp_path: Path) -> None:
+def test_redis_restart_mid_job(make_broker_settings: Callable[..., Settings], tmp_path: Path) -> None:
     """Redis (AOF on) restarts mid-job: the API answers 503 meanwhile, then everything carries on.
 
     The worker has a free pool slot, so its main loop is blocked in BRPOP when Redis goes away (with its
@@ -190,7 +197,8 @@ def test_redis_restart_mid_job(tmp_path: Path) -> None:
     data.mkdir()
     server = EmbeddedRedis(appendonly=True, data_dir=str(data)).start()
     base = f"redis://127.0.0.1:{server.port}"
-    settings = make_settings(base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2, redis_socket_timeout_s=1.0)
+    settings = make_broker_settings(base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
+                                    redis_socket_timeout_s=1.0)
     cluster = Cluster(settings, tmp_path)
     http_server = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
     threading.Thread(target=http_server.serve_forever, daemon=True).start()
