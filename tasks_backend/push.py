@@ -188,8 +188,11 @@ class PushStore:
         """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
         after `after`.
 
-        A subscription put on a finished job has nothing ahead of it. The job is due at once (score 0,
-        not this host's clock, which the workers may not share); `now_ms` is accepted for older callers.
+        On a finished job the subscription is done at once only when `after` is at the end of the feed:
+        a SendMessage retried after its job finished (its first try submitted the job but never stored
+        the subscription) asks for everything from `0-0`, the final state included. A feed that has
+        already expired has nothing left to send. The job is due at once (score 0, not this host's
+        clock, which the workers may not share); `now_ms` is accepted for older callers.
 
         The subscription and its cursor are written together (one slot, the job's); the due entry after
         them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put
@@ -197,8 +200,10 @@ class PushStore:
         """
         stored = json.dumps(config if format is None else {"format": format, "subscription": config})
         configs_key, cursors_key = self.keys.push_configs(record.id), self.keys.push_cursors(record.id)
-        cursor = Cursor(after=after, done=record.terminal, tag=uuid.uuid4().hex[:12])
         with redis_errors():
+            # A finished job's feed gets no more entries, so its last one is the final state's.
+            done = record.terminal and event_key(after) >= event_key(self.last_event_id(record.id))
+            cursor = Cursor(after=after, done=done, tag=uuid.uuid4().hex[:12])
             existing = self.redis.hkeys(configs_key)
             if config["id"] not in existing and len(existing) >= MAX_CONFIGS_PER_JOB:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
