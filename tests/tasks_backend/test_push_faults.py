@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from adapters.a2a_push import Contexts
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord
+from tasks_backend.errors import StoreUnavailable
 from tasks_backend.push import Cursor, PushStore, post_event
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
@@ -370,6 +372,31 @@ def test_a_subscription_stored_again_after_its_job_finished_still_gets_the_final
     finally:
         receiver.close()
         deliverer.close()
+
+
+def test_a_save_that_fails_leaves_the_job_due(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    push = PushStore(runtime.store)
+    record = _job(runtime)
+    _put(runtime, record, {"url": "https://8.8.8.8/h"})
+    now = _redis_ms(runtime)
+    assert push.claim_many([record.id], "mine", 5000, now) == [record.id]
+    pending = push.read(record.id, now)
+    # While the pass runs, another subscription is stored (and made due at once) ...
+    push.put(record, {"id": "added", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
+    delivered = {record.id: Cursor(after="9-9", done=True, tag=pending.cursor(record.id).tag)}
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("cut")
+
+    # ... and the pass, done with what it read, cannot save: Redis stopped answering.
+    with monkeypatch.context() as patched:
+        patched.setattr(push, "_finish", unreachable)
+        with pytest.raises(StoreUnavailable):
+            push.finish(pending, "mine", delivered, None)
+    assert _score(runtime, record.id) is not None  # looked at again, the added subscription with it
+    push.finish(pending, "mine", delivered, None)  # the same save, answered this time
+    assert _score(runtime, record.id) == 0
+    assert not push.cursors(record.id)["added"].done
 
 
 def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> None:
