@@ -140,6 +140,14 @@ if lock then redis.call('DEL', KEYS[4]) end
 return changed
 """
 
+# KEYS: due set. ARGV: job id. Takes a job whose every config is done off the due set, unless it is
+# due at once (score 0: a subscription stored, or a config changed, after the pass read the job).
+_SETTLE = r"""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) > 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 0
+"""
+
 
 @dataclass(frozen=True)
 class Pending:
@@ -181,6 +189,7 @@ class PushStore:
         self._claim = self.redis.register_script(_CLAIM)
         self._release = self.redis.register_script(_RELEASE)
         self._finish = self.redis.register_script(_FINISH)
+        self._settle = self.redis.register_script(_SETTLE)
 
     # -- subscriptions (web side) -------------------------------------------------------
     def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0,
@@ -188,8 +197,11 @@ class PushStore:
         """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
         after `after`.
 
-        A subscription put on a finished job has nothing ahead of it. The job is due at once (score 0,
-        not this host's clock, which the workers may not share); `now_ms` is accepted for older callers.
+        On a finished job the subscription is done at once only when `after` is at the end of the feed:
+        a SendMessage retried after its job finished (its first try submitted the job but never stored
+        the subscription) asks for everything from `0-0`, the final state included. A feed that has
+        already expired has nothing left to send. The job is due at once (score 0, not this host's
+        clock, which the workers may not share); `now_ms` is accepted for older callers.
 
         The subscription and its cursor are written together (one slot, the job's); the due entry after
         them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put
@@ -197,8 +209,10 @@ class PushStore:
         """
         stored = json.dumps(config if format is None else {"format": format, "subscription": config})
         configs_key, cursors_key = self.keys.push_configs(record.id), self.keys.push_cursors(record.id)
-        cursor = Cursor(after=after, done=record.terminal, tag=uuid.uuid4().hex[:12])
         with redis_errors():
+            # A finished job's feed gets no more entries, so its last one is the final state's.
+            done = record.terminal and event_key(after) >= event_key(self.last_event_id(record.id))
+            cursor = Cursor(after=after, done=done, tag=uuid.uuid4().hex[:12])
             existing = self.redis.hkeys(configs_key)
             if config["id"] not in existing and len(existing) >= MAX_CONFIGS_PER_JOB:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
@@ -317,8 +331,10 @@ class PushStore:
     def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None) -> None:
         """Save a pass's cursors, set when the job is next due (None: done with it), release the lock.
 
-        The due set changes first: a config added meanwhile is then either seen by the script (which
-        puts the job back at once) or added after the change, with its own due entry."""
+        A next due time is set first, so a save that fails still leaves the job due. A job that is done
+        leaves the due set only after the save, and only if nothing made it due at once meanwhile: a
+        save that fails (or whose reply is lost) leaves it where the claim put it, looked at again when
+        the lock lapses, and a config stored during the pass (due at once) is never taken off with it."""
         k = self.keys
         args: list[str] = [token]
         for config_id in pending.configs:
@@ -328,15 +344,16 @@ class PushStore:
         keys = [k.job(pending.job_id), k.push_configs(pending.job_id), k.push_cursors(pending.job_id),
                 k.push_lock(pending.job_id)]
         with redis_errors():
-            self._schedule(pending.job_id, next_at_ms)
-            if int(self._finish(keys=keys, args=args)) == 1:
+            if next_at_ms is not None:
+                self._schedule(pending.job_id, next_at_ms)
+            outcome = int(self._finish(keys=keys, args=args))
+            if outcome == 1:
                 self._schedule(pending.job_id, 0)
+            elif outcome == 0 and next_at_ms is None:
+                self._settle(keys=[k.push_due()], args=[pending.job_id])
 
-    def _schedule(self, job_id: str, at_ms: int | None) -> None:
+    def _schedule(self, job_id: str, at_ms: int) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        if at_ms is None:
-            pipe.zrem(self.keys.push_due(), job_id)
-        else:
-            pipe.zadd(self.keys.push_due(), {job_id: at_ms})
-            pipe.pexpire(self.keys.push_due(), self.store.max_ttl_ms)  # it may have expired meanwhile
+        pipe.zadd(self.keys.push_due(), {job_id: at_ms})
+        pipe.pexpire(self.keys.push_due(), self.store.max_ttl_ms)  # it may have expired meanwhile
         pipe.execute()

@@ -178,3 +178,36 @@ def test_configs_that_could_never_be_delivered_are_invalid_params(http: httpx.Cl
                                                           "taskPushNotificationConfig": config}})
     assert error_code(refused) == -32602
     assert rpc(http, "ListTasks", {}).json()["result"]["tasks"][0]["id"] == before[0]["id"]
+
+
+def test_a_send_retried_after_its_task_finished_still_pushes_the_final_state(push_url: str, push_worker: Proc,
+                                                                             receiver: Receiver, users: Any) -> None:
+    """The soak's client retries a SendMessage (same idempotency key) whose first try created the task but
+    failed before its push config was stored; by the retry the task may have finished already."""
+    _, token = users.new()
+    key = str(uuid.uuid4())
+
+    def send_message(config: dict[str, Any] | None) -> dict[str, Any]:
+        message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "metadata": {"idempotencyKey": key},
+                   "parts": [{"data": {"operation": "demo.sleep", "params": {"seconds": 0.01}}}]}
+        configuration: dict[str, Any] = {"returnImmediately": True}
+        if config is not None:
+            configuration["taskPushNotificationConfig"] = config
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                "params": {"message": message, "configuration": configuration}}
+        reply = httpx.post(f"{push_url}/a2a", json=body, timeout=30,
+                           headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"})
+        task: dict[str, Any] = reply.json()["result"]["task"]
+        return task
+
+    def completed(task_id: str) -> bool:
+        body = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}
+        reply = httpx.post(f"{push_url}/a2a", json=body, timeout=30,
+                           headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"})
+        return bool(reply.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED")
+
+    first = send_message(None)  # what the first try left behind: the task, no config
+    wait_until(lambda: completed(first["id"]), 30, message="the task to finish")
+    again = send_message({"url": receiver.url, "token": "retried"})
+    assert again["id"] == first["id"]
+    wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 15, message="the final notification")

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from adapters.a2a_push import Contexts
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord
+from tasks_backend.errors import StoreUnavailable
 from tasks_backend.push import Cursor, PushStore, post_event
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
@@ -341,8 +343,60 @@ def test_a_config_put_on_a_finished_job_has_nothing_ahead(runtime: Runtime) -> N
     _finished(runtime, record)
     finished = runtime.service.get(ALICE, record.id)
     push = PushStore(runtime.store)
-    push.put(finished, {"id": "late", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
+    # Created after the end, from where the feed stands (as CreateTaskPushNotificationConfig does).
+    push.put(finished, {"id": "late", "taskId": record.id, "url": "https://8.8.8.8/h"},
+             after=push.last_event_id(record.id))
     assert push.cursors(record.id)["late"].done
+    # Once the feed has expired there is nothing left to send, wherever the subscription starts.
+    runtime.store.redis.delete(runtime.store.keys.events(record.id))
+    push.put(finished, {"id": "later", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
+    assert push.cursors(record.id)["later"].done
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_subscription_stored_again_after_its_job_finished_still_gets_the_final_state(
+        runtime: Runtime, settings: Settings) -> None:
+    # A SendMessage whose first try submitted the job but never stored its subscription (the web
+    # process died, or Redis stopped answering, in between) is retried with the same idempotency
+    # key: the retry finds the job finished and stores the subscription from the start of the feed.
+    receiver = Receiver()
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
+    try:
+        record = _job(runtime)
+        _finished(runtime, record)
+        finished = runtime.service.get(ALICE, record.id)
+        PushStore(runtime.store).put(finished, {"id": record.id, "taskId": record.id, "url": receiver.url},
+                                     after="0-0")
+        _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(), "the final state", 10)
+        _deliver_until(deliverer, lambda: _score(runtime, record.id) is None, "the job to leave the due set", 10)
+    finally:
+        receiver.close()
+        deliverer.close()
+
+
+def test_a_save_that_fails_leaves_the_job_due(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    push = PushStore(runtime.store)
+    record = _job(runtime)
+    _put(runtime, record, {"url": "https://8.8.8.8/h"})
+    now = _redis_ms(runtime)
+    assert push.claim_many([record.id], "mine", 5000, now) == [record.id]
+    pending = push.read(record.id, now)
+    # While the pass runs, another subscription is stored (and made due at once) ...
+    push.put(record, {"id": "added", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
+    delivered = {record.id: Cursor(after="9-9", done=True, tag=pending.cursor(record.id).tag)}
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise redis.exceptions.ConnectionError("cut")
+
+    # ... and the pass, done with what it read, cannot save: Redis stopped answering.
+    with monkeypatch.context() as patched:
+        patched.setattr(push, "_finish", unreachable)
+        with pytest.raises(StoreUnavailable):
+            push.finish(pending, "mine", delivered, None)
+    assert _score(runtime, record.id) is not None  # looked at again, the added subscription with it
+    push.finish(pending, "mine", delivered, None)  # the same save, answered this time
+    assert _score(runtime, record.id) == 0
+    assert not push.cursors(record.id)["added"].done
 
 
 def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> None:
