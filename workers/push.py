@@ -5,8 +5,9 @@ never post the same job's events); it reads the job's feed after each config's c
 config to a small thread pool (`push_concurrency`), which POSTs what the subscription's format (the
 adapter that stored it: an A2A config gets StreamResponses) makes of each change, in order, each POST
 within a total deadline. A slow or broken receiver holds one pool thread for at most
-that deadline per pass and delays no other config. The last config of a job to finish saves the
-cursors, sets when the job is next due and releases the lock, all in one script.
+that deadline per pass and delays no other config. When a pass ends, the job's next due time is set
+first, then one script saves the cursors and releases the lock, and a job with nothing left leaves the
+due set only after that save succeeded (`PushStore.finish`): a save that fails leaves the job due.
 
 A failed POST (whatever the reason) is retried with exponential backoff; after `push_max_attempts`
 that event is skipped for that config, so one dead receiver cannot stall the rest. The final state is
