@@ -24,7 +24,6 @@ from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, resolve_target
 from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
-from tasks_backend.states import A2A_STATE
 
 from . import a2a_wire as wire
 from . import jsonrpc, sse
@@ -59,7 +58,7 @@ CODES: jsonrpc.Codes = {**jsonrpc.CODES, JobNotFound: TASK_NOT_FOUND, Conflict: 
                         NotWaitingForInput: UNSUPPORTED_OPERATION}
 ADAPTER = Adapter("a2a", bp, rpc_paths=frozenset({RPC_PATH}), codes=CODES,
                   public_paths=frozenset({AGENT_CARD_PATH}), push_format=PushFormat())
-_STATE_BY_NAME = {name: state for state, name in A2A_STATE.items()}
+_STATE_BY_NAME = {name: state for state, name in wire.A2A_STATE.items()}
 MAX_PAGE_SIZE = 100
 MAX_CONTEXT_ID = 256
 MAX_HISTORY = 0  # tasks keep no message history; a longer request is clamped to it

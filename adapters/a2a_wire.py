@@ -7,11 +7,20 @@ them, so a webhook receives exactly what a stream subscriber reads.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Final
 
 from tasks_backend.domain import JobRecord, JobState, rfc3339
-from tasks_backend.states import A2A_STATE
 from tasks_backend.views import handle
+
+#: Each state as A2A 1.0 names it (TaskState).
+A2A_STATE: Final[dict[JobState, str]] = {
+    JobState.QUEUED: "TASK_STATE_SUBMITTED",
+    JobState.RUNNING: "TASK_STATE_WORKING",
+    JobState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    JobState.COMPLETED: "TASK_STATE_COMPLETED",
+    JobState.FAILED: "TASK_STATE_FAILED",
+    JobState.CANCELLED: "TASK_STATE_CANCELED",
+}
 
 #: States after which a stream is closed: terminal ones, and the interrupted `input_required`.
 STREAM_END = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.INPUT_REQUIRED})

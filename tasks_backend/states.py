@@ -1,4 +1,6 @@
-"""How each internal state reads in every protocol, and how Celery's states fold into ours.
+"""How each internal state reads in a task handle, and how Celery's states fold into ours.
+
+A protocol with a state vocabulary of its own maps these states in its adapter (A2A: `adapters/a2a_wire.py`).
 
 One row per state; a test checks that every table covers every state.
 """
@@ -17,15 +19,6 @@ WIRE_STATUS: Final[dict[JobState, str]] = {
     JobState.COMPLETED: "completed",
     JobState.FAILED: "failed",
     JobState.CANCELLED: "cancelled",
-}
-
-A2A_STATE: Final[dict[JobState, str]] = {
-    JobState.QUEUED: "TASK_STATE_SUBMITTED",
-    JobState.RUNNING: "TASK_STATE_WORKING",
-    JobState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
-    JobState.COMPLETED: "TASK_STATE_COMPLETED",
-    JobState.FAILED: "TASK_STATE_FAILED",
-    JobState.CANCELLED: "TASK_STATE_CANCELED",
 }
 
 #: Celery states each of ours absorbs (for operators reading Flower next to our API).

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.a2a_wire import A2A_STATE
 from tasks_backend import errors
 from tasks_backend.domain import ALLOWED_TRANSITIONS, TERMINAL_STATES, JobState, rfc3339, sources_of
-from tasks_backend.states import A2A_STATE, CELERY_STATES, STATES_FOR_STATUS, WIRE_STATUS, from_celery
+from tasks_backend.states import CELERY_STATES, STATES_FOR_STATUS, WIRE_STATUS, from_celery
 
 
 @pytest.mark.parametrize("table", [WIRE_STATUS, A2A_STATE, CELERY_STATES, ALLOWED_TRANSITIONS])
