@@ -55,8 +55,8 @@ class _Batched(RedisStore):
         self._load_scripts()
         self._builds: list[Callable[[Any], None]] = []
 
-    def _run(self, build: Callable[[Any], None]) -> list[Any]:
-        self._builds.append(build)
+    def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
+        self._builds.append(build)  # one Redis runs a pipeline in order: `in_order` asks nothing more here
         return list(self._REPLY)
 
     def claim_later(self, job_id: str, *, lease_ms: int, max_attempts: int) -> None:
