@@ -123,7 +123,9 @@ def make_broker_settings(broker: str | None, redis_base: str) -> Iterator[Callab
     made: list[Settings] = []
 
     def make(base: str | None = None, **overrides: Any) -> Settings:
-        made.append(make_settings(base or redis_base, broker_url=broker, **overrides))
+        if broker is not None:  # else the broker `make_settings` picks (the store's Redis, or beside a Cluster)
+            overrides = {"broker_url": broker, **overrides}
+        made.append(make_settings(base or redis_base, **overrides))
         return made[-1]
 
     yield make
