@@ -30,7 +30,7 @@ from tasks_backend.runtime import build_runtime
 from . import procs
 from .load import Load, Run
 from .measures import Row, fixed, median, paired, percentile, warm
-from .report import markdown, table
+from .report import save
 from .run import FULL, QUICK, ROOT, WEB_WORKERS, machine
 
 SIDES = {"wait": "1", "nowait": "0"}
@@ -138,10 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         primary.stop()
     header = (f"tasks-backend WAIT 1 on submit, {'quick' if args.quick else 'full'} run {stamp}, "
               f"{time.monotonic() - started:.0f} s; {machine()}")
-    print(header)
-    print(table(rows))
-    (logs / "table.md").write_text(header + "\n\n" + markdown(rows) + "\n")
-    (logs / "results.json").write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}, indent=2))
+    save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from .measures import Row
 
 COLUMNS = ("measure", "product", "baseline", "ratio", "target", "met", "p50/p99 ms: product; baseline", "note")
@@ -37,3 +40,11 @@ def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def save(logs: Path, header: str, rows: list[Row]) -> None:
+    """Print the table and keep it, with every row, beside the run's logs."""
+    print(header)
+    print(table(rows))
+    (logs / "table.md").write_text(header + "\n\n" + markdown(rows) + "\n")
+    (logs / "results.json").write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}, indent=2))

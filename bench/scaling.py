@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import secrets
 import sys
@@ -36,7 +35,7 @@ from . import procs
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .baselines.celery_bare import make_app
 from .measures import Row, drain_rate, median
-from .report import markdown, table
+from .report import save
 
 ROOT = procs.ROOT
 PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
@@ -199,10 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"tasks-backend scaling benchmark, {jobs} jobs per cell, {args.reps} rep(s), {stamp}, "
               f"{time.monotonic() - started:.0f} s; {os.cpu_count()} cores, load average {load_before:.1f} before, "
               f"{os.getloadavg()[0]:.1f} after")
-    print(header)
-    print(table(rows))
-    (logs / "table.md").write_text(header + "\n\n" + markdown(rows) + "\n")
-    (logs / "results.json").write_text(json.dumps({"header": header, "rows": [r.__dict__ for r in rows]}, indent=2))
+    save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0
 

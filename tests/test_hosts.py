@@ -29,7 +29,7 @@ from tasks_backend.embedded import EmbeddedRedis
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support import netns
-from tests.support.procs import Proc, sweeper_process, wait_for_http, web_process, worker_process
+from tests.support.procs import Proc, print_logs, sweeper_process, wait_for_http, web_process, worker_process
 
 pytestmark = pytest.mark.chaos
 TOKEN = "alice-token"
@@ -112,7 +112,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                               f"the web process on {host.name}")
             yield Site(lan, settings, build_runtime(settings), downstream, balancer, ledger, tmp, webs, workers, procs)
         except BaseException:
-            _print_logs(procs)
+            print_logs(procs)
             raise
         finally:
             for proc in procs:
@@ -123,18 +123,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             redis_server.stop()
 
 
-def _print_logs(procs: list[Proc]) -> None:
-    for proc in procs:
-        print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
-
-
 @pytest.fixture
 def hosts(site: Site, request: pytest.FixtureRequest) -> Iterator[Site]:
     """The site, with every process's log printed when the test fails."""
     failed = request.session.testsfailed
     yield site
     if request.session.testsfailed > failed:
-        _print_logs(site.procs)
+        print_logs(site.procs)
 
 
 def test_worker_host_cut_off_mid_job_loses_it_to_another_host_with_every_effect_once(hosts: Site) -> None:

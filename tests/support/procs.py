@@ -159,3 +159,10 @@ def wait_for_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: f
             return False
 
     wait_until(up, timeout, interval=0.2, message=what)
+
+
+def print_logs(procs: Sequence[Proc]) -> None:
+    """The tail of each process's log, for a test that failed."""
+    for proc in procs:
+        print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
+

@@ -26,7 +26,7 @@ from tasks_backend.embedded import free_port
 from tasks_backend.errors import StoreUnavailable
 from tasks_backend.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
-from tests.support.procs import Proc, settings_env, sweeper_process, wait_for_http, worker_process
+from tests.support.procs import Proc, print_logs, settings_env, sweeper_process, wait_for_http, worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
 
 pytestmark = pytest.mark.chaos
@@ -201,8 +201,7 @@ def test_the_primary_killed_under_load_loses_no_accepted_job(sentinel_group: Sen
         queues = httpx.get(f"{flower_proc['url']}/api/queues/length", auth=flower_proc["auth"], timeout=10)
         assert queues.status_code == 200 and settings.queue in queues.text, queues.text
     except BaseException:
-        for proc in procs:
-            print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
+        print_logs(procs)
         raise
     finally:
         for proc in procs:

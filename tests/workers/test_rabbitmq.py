@@ -19,7 +19,7 @@ from tasks_backend.runtime import Runtime, build_runtime
 from tasks_backend.sweeper import Sweeper
 from tests.conftest import make_settings, wait_until
 from tests.support import rabbit
-from tests.support.procs import sweeper_process, worker_process
+from tests.support.procs import print_logs, sweeper_process, worker_process
 from workers.celery_app import create_celery
 
 ALICE = Principal("alice")
@@ -133,8 +133,7 @@ def test_a_message_past_the_delivery_limit_is_dead_lettered_and_its_job_failed(
         assert "more than 2 times" in error["message"]
         wait_until(lambda: rabbit.depth(settings, dead) == 0, 10, message="the dead letter to be acknowledged")
     except BaseException:
-        for proc in procs:
-            print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
+        print_logs(procs)
         raise
     finally:
         for proc in procs:
