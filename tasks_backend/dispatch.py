@@ -23,7 +23,7 @@ from .config import Settings
 from .errors import DispatchUnavailable
 from .failover import is_sentinel_url
 from .keys import Keys
-from .store import keepalive_options
+from .store import ListPush, keepalive_options
 
 RUN_TASK = "tasks_backend.run"
 #: How often a process renews the TTL of the queue's push counter.
@@ -134,7 +134,7 @@ class RedisDispatcher(CeleryDispatcher):
 
     Building a message is a few dictionary operations instead of Celery's publish path (about half a
     millisecond of CPU), and when the broker is the job store's own Redis a submit writes the record,
-    indexes it and enqueues it in one round trip (`enqueue_in`). The message is the one Celery would
+    indexes it and enqueues it in one round trip (`inline_push`). The message is the one Celery would
     send, minus the `task-sent` event: Flower lists a job from the worker's `task-received` on.
     Delayed publishes (retries with backoff) go through Celery, which knows how to carry an ETA.
 
@@ -155,6 +155,7 @@ class RedisDispatcher(CeleryDispatcher):
         self._delivery_info = {"exchange": "", "routing_key": settings.queue}
         self._pushes = Keys(settings.key_prefix).queue_pushes(settings.queue)
         self._ttl_renewed = -PUSHES_TTL_RENEW_S
+        self._pushes_ttl_ms = int(settings.max_ttl_s * 1000) + 86_400_000
 
     def message(self, job_id: str, operation: str) -> str:
         body = json.dumps([[job_id], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}])
@@ -170,10 +171,9 @@ class RedisDispatcher(CeleryDispatcher):
                            "delivery_tag": str(uuid.uuid4())},
         })
 
-    def enqueue_in(self, pipe: Any, job_id: str, operation: str) -> None:
-        """Add the publish to a pipeline on the store's connection (only when `shares_store`)."""
-        pipe.lpush(self.settings.queue, self.message(job_id, operation))
-        self._count_push(pipe)
+    def inline_push(self, job_id: str, operation: str) -> ListPush:
+        """The publish, for the store to make in a submit's own round trip (only when `shares_store`)."""
+        return ListPush(self.settings.queue, self.message(job_id, operation), self._pushes, self._pushes_ttl_ms)
 
     def _count_push(self, pipe: Any) -> None:
         # After the push: a count lost with the connection only undercounts (see the class doc).
@@ -181,7 +181,7 @@ class RedisDispatcher(CeleryDispatcher):
         now = time.monotonic()
         if now - self._ttl_renewed >= PUSHES_TTL_RENEW_S:  # a TTL of weeks needs no renewal per push
             self._ttl_renewed = now
-            pipe.pexpire(self._pushes, int(self.settings.max_ttl_s * 1000) + 86_400_000)
+            pipe.pexpire(self._pushes, self._pushes_ttl_ms)
 
     def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
         try:

@@ -409,6 +409,17 @@ emit(ms(now), false)
 return remember({'republish', ms(now + grace), h[6]})
 """
 
+# KEYS: a key that must hold ARGV[1], a list, a counter. ARGV: that value, the item.
+# Pushes the item and counts it only while the key holds the value: a keyed submit enqueues in the round
+# trip that claims its idempotency key, and a job that lost the key to another request is never enqueued.
+# Applied twice it pushes twice; a second message for one job is refused by the claim's fencing.
+PUSH_IF = r"""
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('INCR', KEYS[3])
+return 1
+"""
+
 # -- schedules (one global sorted set per script; members are job ids, scores Redis ms) ----------------
 
 # ARGV: key ttl ms, then (delay ms, member) pairs: each member becomes due `delay` from now.
@@ -463,6 +474,7 @@ JOB_SCRIPTS: dict[str, str] = {
 }
 OTHER_SCRIPTS: dict[str, str] = {
     "owner_index": OWNER_INDEX,
+    "push_if": PUSH_IF,
     "schedule": SCHEDULE,
     "due": DUE,
     "reschedule": RESCHEDULE,

@@ -33,7 +33,7 @@ from .errors import (
 )
 from .registry import Registry
 from .states import STATES_FOR_STATUS
-from .store import Event, RedisStore
+from .store import Event, ListPush, RedisStore
 
 log = logging.getLogger(__name__)
 
@@ -166,18 +166,18 @@ class JobService:
                       "poll": str(poll_ms), "params": params_json}
             if idempotency_key is not None:
                 fields["idem"] = idempotency_key
-            # Without an idempotency key nothing can make this job an orphan, so the enqueue may ride in
-            # the same round trip as the record; with one, it waits until the key is known to be ours.
-            enqueue = self._inline_enqueue(job_id, operation) if idempotency_key is None else None
+            # When the broker is the store's Redis the enqueue rides in the same round trip as the record
+            # (with a key, only if the key turns out ours: see `RedisStore.create`).
+            push = self._inline_push(job_id, operation)
             created, existing = self.store.create(
                 fields, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
-                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), also=enqueue)
+                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push)
             if created is None:
                 continue  # the id was taken: another one
             if existing is None:
                 fields["created"] = fields["updated"] = str(created)
                 record = JobRecord.from_hash(job_id, fields)
-                if enqueue is None:
+                if push is None:
                     self._publish(record)
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
@@ -192,10 +192,10 @@ class JobService:
             self.store.release_idempotency(owner, idempotency_key, existing)
         raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
 
-    def _inline_enqueue(self, job_id: str, operation: str) -> Callable[[Any], None] | None:
+    def _inline_push(self, job_id: str, operation: str) -> ListPush | None:
         dispatcher = self.dispatcher
         if isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store:
-            return lambda pipe: dispatcher.enqueue_in(pipe, job_id, operation)
+            return dispatcher.inline_push(job_id, operation)
         return None
 
     def _ttl_ms(self, spec_ttl_s: float | None, requested_s: float | None) -> int:

@@ -118,6 +118,16 @@ class Event:
     total: float | None
 
 
+@dataclass(frozen=True)
+class ListPush:
+    """A message for a Redis list, and the counter that counts the pushes onto it (see `create`)."""
+
+    queue: str
+    item: str
+    counter: str
+    counter_ttl_ms: int
+
+
 class RedisStore:
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
@@ -183,7 +193,7 @@ class RedisStore:
     # -- create and read -------------------------------------------------------
     def create(self, fields: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
                ttl_ms: int, sweep_in_ms: int, request_id: str | None = None,
-               also: Callable[[Any], None] | None = None) -> tuple[int | None, str | None]:
+               push: ListPush | None = None) -> tuple[int | None, str | None]:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
 
         Returns (createdAt in ms, None) when created: the time is Redis's, and the script sets `created`
@@ -191,7 +201,9 @@ class RedisStore:
         stored under it (the job written here is then an unindexed orphan, which the caller must
         `discard`). A createdAt of None means the id was taken (pick another). The owner index orders
         by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
-        `also` adds commands (the enqueue) to the same round trip.
+        `push` (the enqueue, when the broker is this Redis) rides in the same round trip: with an
+        idempotency key, it is pushed only if the key is this request's, so a job that lost the key is
+        never enqueued (only a single Redis can be a broker, so the keys may span slots there).
         """
         rid = request_id or new_request_id()
         owner_keys = [self.keys.owner_index(owner)]
@@ -204,8 +216,13 @@ class RedisStore:
             self._eval(p, "create", self.keys.job_keys(job_id), rid, ttl_ms, *pairs)
             self._eval(p, "owner_index", owner_keys, job_id, self.max_ttl_ms, idem_value, ttl_ms, self.max_ttl_ms)
             self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
-            if also is not None:
-                also(p)
+            if push is not None:
+                if idem_key is None:
+                    p.lpush(push.queue, push.item)
+                    p.incr(push.counter)
+                else:
+                    self._eval(p, "push_if", [owner_keys[1], push.queue, push.counter], idem_value, push.item)
+                self.keep_ttl(p, push.counter, push.counter_ttl_ms)
             if self.replicas[0]:  # last: it waits for everything above to reach the replicas
                 p.execute_command("WAIT", *self.replicas)
 
