@@ -6,6 +6,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from . import load
@@ -52,13 +53,19 @@ def median(values: list[float]) -> float:
 
 
 def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
-           product: Callable[[], Run], baseline: Callable[[], Run], figure: Callable[[Run], float]) -> Row:
-    """Run both sides `plan.reps` times, alternating who goes first; the ratio is product / baseline."""
+           product: Callable[[], Run], baseline: Callable[[], Run], figure: Callable[[Run], float],
+           settle: Callable[[], None] | None = None) -> Row:
+    """Run both sides `plan.reps` times, alternating who goes first; the ratio is product / baseline.
+
+    `settle` runs before each run: where a run leaves work behind (jobs its calls created and a worker
+    still runs), that work must not run inside the next run's window, the other side's included."""
     ours: list[Run] = []
     theirs: list[Run] = []
     for rep in range(plan.reps):
         order = (ours, product), (theirs, baseline)
         for runs, fn in order if rep % 2 == 0 else reversed(order):
+            if settle is not None:
+                settle()
             runs.append(fn())
     ratios = [figure(a) / figure(b) if figure(b) else float("nan") for a, b in zip(ours, theirs, strict=True)]
     ratio = median(ratios)
@@ -69,6 +76,23 @@ def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
                note=f"{errors} errors" if errors else "",
                samples={"product": [figure(r) for r in ours], "baseline": [figure(r) for r in theirs],
                         "ratio": ratios})
+
+
+def quiet(min_idle: float = 0.85, window_s: float = 0.25, timeout_s: float = 60.0) -> None:
+    """Wait until the machine is idle (at least `min_idle` of every core's time over `window_s`), so that no
+    process, of either side, is still working off what an earlier run left it (a queue of created jobs,
+    say). Gives up quietly after `timeout_s`: a machine that never quiets is visible in the figures."""
+    def busy_idle() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # idle + iowait
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        total0, idle0 = busy_idle()
+        time.sleep(window_s)
+        total1, idle1 = busy_idle()
+        if total1 > total0 and (idle1 - idle0) / (total1 - total0) >= min_idle:
+            return
 
 
 def fixed(target: Load, plan: Plan) -> Callable[[], Run]:

@@ -30,7 +30,7 @@ from . import fill, procs
 from .baselines.a2a_ids import seeded_ids
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
-from .measures import Plan, Row, drain_rate, fixed, flow, median, paired, percentile, warm
+from .measures import Plan, Row, drain_rate, fixed, flow, median, paired, percentile, quiet, warm
 from .report import markdown, table
 
 ROOT = procs.ROOT
@@ -151,6 +151,12 @@ class Bench:
                                     owner=(lambda n: owner) if owner else (lambda n: f"owner-{n // fill.PER_OWNER}"))
         self.retained += count
         return ids
+
+    def drain_product(self) -> None:
+        """Let each side finish the jobs a run created before the next run starts: a row whose calls create
+        jobs faster than they are run would otherwise charge them to the next run, the other side's."""
+        self.wait_empty(self.db0, self.runtime.settings.queue)
+        quiet()  # and the baseline's own backlog, where it executes in its web processes
 
     def purge_queues(self) -> None:
         self.db0.delete(self.runtime.settings.queue)
@@ -324,7 +330,7 @@ class Bench:
         warm(self.plan, ours_call, theirs_call)
         self.rows.append(paired("MCP tools/call -> task handle", "req/s", ">= 5x fastmcp-tasks 4.1.4", 5.0,
                                 plan, fixed(ours_call, plan), fixed(theirs_call, plan),
-                                lambda r: r.rps))
+                                lambda r: r.rps, settle=self.drain_product))
         # The calls above leave a backlog of queued jobs on both sides; the end-to-end flow must not wait
         # behind it.
         self.purge_queues()
@@ -352,7 +358,8 @@ class Bench:
         theirs = Load(self.url["a2a-sdk"], method="POST", path="/a2a", body=send, headers=headers)
         warm(self.plan, ours, theirs)
         self.rows.append(paired("A2A SendMessage (returnImmediately)", "req/s", ">= 3x a2a-sdk 1.3.0 (in-memory store)",
-                                3.0, self.plan, fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+                                3.0, self.plan, fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps,
+                                settle=self.drain_product))
         self.purge_queues()
         get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
         ours = Load(self.url["product"], method="POST", path="/a2a", body=get, headers={**headers, **self.auth()},
