@@ -56,6 +56,8 @@ RPC_PATHS: Mapping[str, str] = protocol.RpcPaths()
 #: WSGI environ keys this layer fills for the layers behind it.
 PRINCIPAL = "tasks_backend.principal"
 REQUEST_ID = "tasks_backend.request_id"
+#: Where the entrance leaves the caller's address for what runs behind it (see `client_address`).
+CLIENT_ADDRESS = "tasks_backend.client_address"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
 
 
@@ -70,10 +72,21 @@ class Admission:
     principal: Principal | None
     #: Why authentication failed (raised after the checks, unless a check refuses first).
     failure: Unauthenticated | None = None
+    #: The caller's address (see `client_address`).
+    client_address: str = ""
 
-    @property
-    def client_address(self) -> str:
-        return str(self.environ.get("REMOTE_ADDR") or "")
+
+def client_address(environ: dict[str, Any], trusted_proxies: int) -> str:
+    """The caller's address: the connection's peer, or, behind `trusted_proxies` reverse proxies that each
+    append the address they saw to X-Forwarded-For, the entry the outermost of them wrote. Entries to the left
+    of it were written by the client and are not believed; a request that did not pass through that many
+    proxies (too few entries) is known by its peer."""
+    peer = str(environ.get("REMOTE_ADDR") or "")
+    if trusted_proxies <= 0:
+        return peer
+    hops = [hop.strip() for hop in str(environ.get("HTTP_X_FORWARDED_FOR") or "").split(",")]
+    hops = [hop for hop in hops if hop]
+    return hops[-trusted_proxies] if len(hops) >= trusted_proxies else peer
 
 
 #: A check at the door: returns to let the request in, raises a `TasksBackendError` to refuse it.
@@ -113,6 +126,7 @@ class Entrance:
         self.fast: FastRoutes | None = FastRoutes(runtime)
         settings = runtime.settings
         self.max_body = settings.max_body_bytes
+        self.trusted_proxies = settings.trusted_proxies
         # The server's own public origin is allowed: a page it serves itself may call it.
         self.origins = frozenset(origin_of(o) for o in (*settings.allowed_origins, settings.public_url))
 
@@ -156,13 +170,14 @@ class Entrance:
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         principal: Principal | None = None
         failure: Unauthenticated | None = None
+        address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
         if path not in self.public_paths and method != "OPTIONS" and not self.session_paths(path):
             try:
-                principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), environ.get("REMOTE_ADDR"))
+                principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), address)
             except Unauthenticated as exc:
                 failure = exc
         if self.checks:
-            admission = Admission(environ, method, path, principal, failure)
+            admission = Admission(environ, method, path, principal, failure, address)
             for check in self.checks:
                 check(admission)
         if failure is not None:

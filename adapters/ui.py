@@ -28,6 +28,7 @@ from tasks_backend.service import JobService
 from tasks_backend.states import STATES_FOR_STATUS, WIRE_STATUS
 
 from . import ui_forms
+from .entrance import CLIENT_ADDRESS
 from .http_jobs import event_stream
 from .problems import error_parts
 from .protocol import Adapter
@@ -166,7 +167,7 @@ def signin() -> Response | tuple[str, int]:
     # The gate the entrance uses for bearer headers: a guessed token counts against this address as anywhere else.
     gate = current_app.extensions["tasks_backend_entrance"].gate
     try:
-        principal = gate.authenticate(f"Bearer {token}", request.remote_addr)
+        principal = gate.authenticate(f"Bearer {token}", request.environ.get(CLIENT_ADDRESS, request.remote_addr))
     except Unauthenticated:
         return render_template("ui/signin.html", next=request.form.get("next", ""),
                                error="That token was not accepted."), 401

@@ -96,6 +96,10 @@ class Settings:
     #: Failed authentications per client address per window; past it every request from there gets a 429.
     auth_failure_limit: int = 100
     auth_failure_window_s: float = 60.0
+    #: Reverse proxies in front of the web server that each append the address they saw to X-Forwarded-For;
+    #: the client's address (for the limit on failed authentications per address) is then the entry the outermost one
+    #: wrote. 0: the connection's peer, and X-Forwarded-For, which any client can write, is not read.
+    trusted_proxies: int = 0
     #: Jobs not yet terminal that one principal may have.
     max_active_jobs: int = 1000
     #: Event streams, subscriptions and blocking sends one principal may have open at once.
@@ -167,6 +171,7 @@ class Settings:
             "rate_window_s": _float(e, "TASKS_BACKEND_RATE_WINDOW", cls.rate_window_s),
             "auth_failure_limit": _int(e, "TASKS_BACKEND_AUTH_FAILURE_LIMIT", cls.auth_failure_limit),
             "auth_failure_window_s": _float(e, "TASKS_BACKEND_AUTH_FAILURE_WINDOW", cls.auth_failure_window_s),
+            "trusted_proxies": _int(e, "TASKS_BACKEND_TRUSTED_PROXIES", cls.trusted_proxies),
             "max_active_jobs": _int(e, "TASKS_BACKEND_MAX_ACTIVE_JOBS", cls.max_active_jobs),
             "max_streams": _int(e, "TASKS_BACKEND_MAX_STREAMS", cls.max_streams),
             "max_params_bytes": _int(e, "TASKS_BACKEND_MAX_PARAMS", cls.max_params_bytes),

@@ -137,8 +137,11 @@ class Grant:
     active: int  # the principal's unfinished jobs, as last counted
 
 
-#: The principal and its grant as this request's admission left them (the submit reads the unfinished count).
-_admitted: ContextVar[tuple[str, Grant] | None] = ContextVar("tasks_backend_admitted", default=None)
+#: The limiter, the principal and the grant as this request's admission left them (the submit reads the
+#: unfinished count). Nothing clears it when a request ends, so a reader checks that it is its own limiter's,
+#: for the same principal, and within the grant's batch: a later call in the same thread (the in-process API,
+#: another runtime's service) otherwise counts afresh.
+_admitted: ContextVar[tuple[Limiter, str, Grant] | None] = ContextVar("tasks_backend_admitted", default=None)
 
 
 class Limiter:
@@ -198,7 +201,7 @@ class Limiter:
             grant = self._grants.get(key)
             if grant is not None and grant.left > 0 and now < grant.until:
                 grant.left -= 1
-                _admitted.set((owner, grant))
+                _admitted.set((self, owner, grant))
                 return
         # One round trip: the address's failure count is read by a command of its own in the same pipeline (the
         # address and the principal hash to different Redis Cluster slots), against the rate script's clock.
@@ -215,7 +218,7 @@ class Limiter:
             answer, active, _ = self._eval(RATE_LUA, rate_keys, *rate_args)
         granted = int(answer.split(" ", 1)[0]) if answer else self._batch
         grant = Grant(left=granted - 1, until=now + GRANT_S, active=int(active))
-        _admitted.set((owner, grant))
+        _admitted.set((self, owner, grant))
         if int(blocked_ms) <= 0 and granted > 0:
             with self._lock:
                 if len(self._grants) > 10_000:  # principals and addresses come and go: forget old grants
@@ -258,7 +261,8 @@ class Limiter:
         if limit <= 0:
             return
         admitted = _admitted.get()
-        grant = admitted[1] if admitted is not None and admitted[0] == owner else None
+        grant = admitted[2] if admitted is not None and admitted[0] is self and admitted[1] == owner \
+            and time.monotonic() < admitted[2].until else None
         # Without an admission (the in-process API), one read.
         count = grant.active if grant is not None else int(self._eval(COUNT_LUA, self._active_keys(owner)))
         if count >= limit:

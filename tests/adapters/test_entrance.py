@@ -14,7 +14,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from adapters import fast_path, ui
 from adapters.app import create_app
-from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission
+from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address
 from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.logs import JsonFormatter
 from tasks_backend.runtime import Runtime
@@ -128,6 +128,20 @@ def test_a_check_sees_a_failed_authentication_first(runtime: Runtime) -> None:
     assert call(app, "POST", "/mcp", {"Authorization": "Bearer wrong"})[0] == 401
     assert call(app, "GET", f"/v1/jobs/{JOB}", ALICE)[0] == 404
     assert failures == ["127.0.0.1", "127.0.0.1"]
+
+
+@pytest.mark.parametrize(("forwarded", "trusted", "expected"), [
+    (None, 0, "192.0.2.1"),
+    ("203.0.113.5", 0, "192.0.2.1"),  # not read unless proxies are trusted
+    ("203.0.113.5", 1, "203.0.113.5"),
+    ("198.51.100.1, 203.0.113.5", 1, "203.0.113.5"),  # the client wrote the left entry
+    ("198.51.100.1, 203.0.113.5", 2, "198.51.100.1"),
+    ("203.0.113.5", 2, "192.0.2.1"),  # fewer entries than proxies: not through them
+    (" , 203.0.113.5 ,", 1, "203.0.113.5"),
+])
+def test_the_client_address_believes_only_trusted_proxies(forwarded: str | None, trusted: int, expected: str) -> None:
+    environ = {"REMOTE_ADDR": "192.0.2.1", **({"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {})}
+    assert client_address(environ, trusted) == expected
 
 
 def test_every_answer_carries_a_request_id_and_every_log_line_too(runtime: Runtime) -> None:

@@ -81,6 +81,40 @@ def test_failed_authentication_is_throttled_per_client_address(redis_base: str, 
         assert elsewhere.get(f"{base}/v1/jobs", headers=ALICE).status_code == 200
 
 
+def test_an_admission_is_read_only_by_its_own_limiter(redis_base: str) -> None:
+    """A request's admission stays in its thread after the request: another runtime's submit in that thread
+    (the in-process API, say) must count its own jobs, not take the admission's count for them."""
+    first, second = (build_runtime(make_settings(redis_base, max_active_jobs=1)) for _ in range(2))
+    second.service.submit("alice", "demo.sleep", {"seconds": 1})  # no worker: it stays queued
+    first.limits().admit(Principal("alice"), "192.0.2.1")  # alice has no jobs in the first runtime
+    with pytest.raises(QuotaExceeded):
+        second.service.submit("alice", "demo.sleep", {"seconds": 1})
+
+
+def test_behind_a_trusted_proxy_failures_count_per_forwarded_client(redis_base: str, serve: Serve) -> None:
+    """All requests come from one peer (the proxy); the address that counts is the one the proxy appended."""
+    base = serve(make_settings(redis_base, auth_failure_limit=5, auth_failure_window_s=60, trusted_proxies=1))
+
+    def via_proxy(client: str, token: str = "guess", forged: str = "") -> int:
+        forwarded = f"{forged}, {client}" if forged else client
+        headers = {**bearer(token), "X-Forwarded-For": forwarded}
+        return httpx.get(f"{base}/v1/jobs", headers=headers).status_code
+
+    assert [via_proxy("203.0.113.5") for _ in range(7)] == [401] * 5 + [429] * 2
+    assert via_proxy("203.0.113.5", "alice-token") == 429
+    # A left entry is the client's own writing: it does not get the guesser a fresh count.
+    assert via_proxy("203.0.113.5", forged="198.51.100.1") == 429
+    # Another client behind the same proxy is not locked out with it.
+    assert via_proxy("203.0.113.9", "alice-token") == 200
+
+
+def test_without_trusted_proxies_a_forwarded_address_is_not_believed(redis_base: str, serve: Serve) -> None:
+    base = serve(make_settings(redis_base, auth_failure_limit=5, auth_failure_window_s=60))
+    codes = [httpx.get(f"{base}/v1/jobs", headers={**bearer("guess"), "X-Forwarded-For": f"203.0.113.{i}"}
+                       ).status_code for i in range(7)]
+    assert codes == [401] * 5 + [429] * 2  # one peer, one count, whatever the header says
+
+
 def test_active_jobs_are_limited_per_principal_and_freed_when_jobs_end(redis_base: str, serve: Serve) -> None:
     settings = make_settings(redis_base, max_active_jobs=3)
     base = serve(settings)  # no worker: the jobs stay queued
