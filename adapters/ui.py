@@ -167,7 +167,7 @@ def signin() -> Response | tuple[str, int]:
     # The gate the entrance uses for bearer headers: a guessed token counts against this address as anywhere else.
     gate = current_app.extensions["tasks_backend_entrance"].gate
     try:
-        principal = gate.authenticate(f"Bearer {token}", request.environ.get(CLIENT_ADDRESS, request.remote_addr))
+        principal = gate.authenticate(f"Bearer {token}", request.environ[CLIENT_ADDRESS])
     except Unauthenticated:
         return render_template("ui/signin.html", next=request.form.get("next", ""),
                                error="That token was not accepted."), 401

@@ -173,15 +173,23 @@ class RedisDispatcher(CeleryDispatcher):
 
     def inline_push(self, job_id: str, operation: str) -> ListPush:
         """The publish, for the store to make in a submit's own round trip (only when `shares_store`)."""
-        return ListPush(self.settings.queue, self.message(job_id, operation), self._pushes, self._pushes_ttl_ms)
+        return ListPush(self.settings.queue, self.message(job_id, operation), self._pushes, self._counter_ttl_due())
 
     def _count_push(self, pipe: Any) -> None:
         # After the push: a count lost with the connection only undercounts (see the class doc).
         pipe.incr(self._pushes)
+        ttl_ms = self._counter_ttl_due()
+        if ttl_ms is not None:
+            pipe.pexpire(self._pushes, ttl_ms)
+
+    def _counter_ttl_due(self) -> int | None:
+        """The push counter's TTL when this process should renew it with its next push, else None: a TTL of
+        weeks needs no renewal per push."""
         now = time.monotonic()
-        if now - self._ttl_renewed >= PUSHES_TTL_RENEW_S:  # a TTL of weeks needs no renewal per push
-            self._ttl_renewed = now
-            pipe.pexpire(self._pushes, self._pushes_ttl_ms)
+        if now - self._ttl_renewed < PUSHES_TTL_RENEW_S:
+            return None
+        self._ttl_renewed = now
+        return self._pushes_ttl_ms
 
     def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
         try:

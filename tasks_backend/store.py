@@ -125,7 +125,8 @@ class ListPush:
     queue: str
     item: str
     counter: str
-    counter_ttl_ms: int
+    #: Renew the counter's TTL to this with the push; None: its owner renewed it recently.
+    counter_ttl_ms: int | None
 
 
 class RedisStore:
@@ -222,7 +223,8 @@ class RedisStore:
                     p.incr(push.counter)
                 else:
                     self._eval(p, "push_if", [owner_keys[1], push.queue, push.counter], idem_value, push.item)
-                self.keep_ttl(p, push.counter, push.counter_ttl_ms)
+                if push.counter_ttl_ms is not None:
+                    p.pexpire(push.counter, push.counter_ttl_ms)
             if self.replicas[0]:  # last: it waits for everything above to reach the replicas
                 p.execute_command("WAIT", *self.replicas)
 

@@ -91,6 +91,9 @@ def test_a_submit_with_or_without_a_key_enqueues_in_its_one_round_trip(settings:
     # The same key again: the job already made, and no second message.
     again, outcome = service.submit("alice", "test.noop", {}, idempotency_key=key)
     assert (again.id, outcome) == (made[-1], SubmitOutcome.EXISTING) and client.llen(queue) == 0
+    # Both pushes were counted next to the queue, and the counter expires like every key.
+    counter = service.store.keys.queue_pushes(queue)
+    assert int(client.get(counter) or 0) >= 2 and int(client.pttl(counter)) > 0
 
 
 def test_a_job_that_loses_its_idempotency_key_is_never_enqueued(settings: Settings) -> None:

@@ -4,6 +4,7 @@ streams, params size and the requested-TTL ceiling; each kept in Redis, so that 
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -106,6 +107,20 @@ def test_behind_a_trusted_proxy_failures_count_per_forwarded_client(redis_base: 
     assert via_proxy("203.0.113.5", forged="198.51.100.1") == 429
     # Another client behind the same proxy is not locked out with it.
     assert via_proxy("203.0.113.9", "alice-token") == 200
+
+
+def test_failed_page_sign_ins_behind_a_trusted_proxy_count_for_the_forwarded_client(redis_base: str,
+                                                                                    serve: Serve) -> None:
+    """The web page's sign-in counts a guessed token against the same address as a bearer request does."""
+    base = serve(make_settings(redis_base, auth_failure_limit=3, auth_failure_window_s=60, trusted_proxies=1))
+    guesser = {"X-Forwarded-For": "203.0.113.7"}
+    with httpx.Client(base_url=base, headers=guesser) as page:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.get("/ui/signin").text)
+        assert csrf
+        codes = [page.post("/ui/signin", data={"csrf": csrf[1], "token": f"guess-{i}"}).status_code for i in range(4)]
+    assert codes == [401, 401, 401, 429]
+    assert httpx.get(f"{base}/v1/jobs", headers={**ALICE, **guesser}).status_code == 429
+    assert httpx.get(f"{base}/v1/jobs", headers={**ALICE, "X-Forwarded-For": "203.0.113.8"}).status_code == 200
 
 
 def test_without_trusted_proxies_a_forwarded_address_is_not_believed(redis_base: str, serve: Serve) -> None:
