@@ -329,10 +329,11 @@ def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[st
 
 def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRecord:
     """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
-    TTL ends it). Waiting costs a greenlet of the web worker, not a thread that polls and submits need."""
-    job_id, last = record.id, "0-0"
-    while record.state not in wire.STREAM_END:
-        for event_id, record in call.runtime.streaming().watch(
+    TTL ends it), or until this process is stopping. Waiting costs a greenlet of the web worker, not a thread that
+    polls and submits need."""
+    job_id, last, service = record.id, "0-0", call.runtime.streaming()
+    while record.state not in wire.STREAM_END and not service.stopping:
+        for event_id, record in service.watch(
                 call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
                 block_ms=STREAM_BLOCK_MS):
             last = event_id or last

@@ -13,6 +13,7 @@ from .auth import Authenticator
 from .cluster import ScriptingCluster
 from .config import Settings
 from .dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatcher
+from .drain import Drain
 from .errors import StoreUnavailable
 from .execution import Executor
 from .keys import Keys
@@ -66,6 +67,10 @@ class Runtime:
         `STREAM_BLOCK_MS` (a held stream costs one wake-up per that long, not one per second)."""
         return self.stream_service or self.service
 
+    def stop_streams(self) -> None:
+        """End this process's held streams and blocking waits, now and from now on (see `drain`)."""
+        self.streaming().drain.stop()
+
     def limits(self) -> Limiter:
         if self.limiter is None:
             self.limiter = Limiter(self.store.redis, self.store.keys, self.settings)
@@ -98,7 +103,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     limiter = Limiter(client, store.keys, settings)
     service = LimitedJobService(store, registry, dispatcher, settings, limiter)
     return Runtime(settings, store, registry, dispatcher, service, limiter,
-                   _stream_service(settings, store, registry, dispatcher))
+                   _stream_service(settings, store, registry, dispatcher, service.drain))
 
 
 def limit_connections(client: redis.Redis | ScriptingCluster, limit: int) -> None:
@@ -113,12 +118,14 @@ def limit_connections(client: redis.Redis | ScriptingCluster, limit: int) -> Non
 STREAM_BLOCK_MS = 10_000
 
 
-def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher) -> JobService:
+def _stream_service(settings: Settings, store: RedisStore, registry: Registry, dispatcher: Dispatcher,
+                    drain: Drain) -> JobService:
     # The socket timeout leaves the blocking read its time on top of the fail-fast bound.
     client = connect(settings.redis_url, settings.redis_socket_timeout_s + STREAM_BLOCK_MS / 1000,
                      service=settings.redis_service)
     limit_connections(client, settings.redis_max_connections)
-    return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings)
+    return JobService(RedisStore(client, store.keys, max_ttl_ms=store.max_ttl_ms), registry, dispatcher, settings,
+                      drain)
 
 
 def connect_service(settings: Settings | None = None) -> JobService:

@@ -22,6 +22,7 @@ from .auth import Principal
 from .config import Settings
 from .dispatch import Dispatcher, RedisDispatcher
 from .domain import JobRecord, JobState, SubmitOutcome
+from .drain import Drain, Interrupted
 from .errors import (
     BadRequest,
     DispatchUnavailable,
@@ -138,11 +139,14 @@ def as_principal(who: Principal | str) -> Principal:
 
 
 class JobService:
-    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings) -> None:
+    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+                 drain: Drain | None = None) -> None:
         self.store = store
         self.registry = registry
         self.dispatcher = dispatcher
         self.settings = settings
+        #: Ends `watch` early when the process stops (see `drain`).
+        self.drain = drain or Drain()
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
@@ -370,10 +374,15 @@ class JobService:
         return self.get(principal, job_id)
 
     # -- follow ----------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """The process is stopping: a wait that would start `watch` again answers as things stand instead."""
+        return self.drain.stopping
+
     def watch(self, who: Principal | str, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
               block_ms: int = 1000) -> Iterator[tuple[str, JobRecord]]:
         """Yield the job as it stands, then (event id, record) for each change after `after`, until
-        it is terminal or `max_s` has passed."""
+        it is terminal, `max_s` has passed or the process is stopping."""
         principal = as_principal(who)
         record = self.get(principal, job_id)
         deadline = time.monotonic() + max_s
@@ -382,7 +391,11 @@ class JobService:
             return
         last = after
         while time.monotonic() < deadline:
-            events = self.store.events(job_id, last, block_ms)
+            try:
+                with self.drain.read():
+                    events = self.store.events(job_id, last, block_ms)
+            except Interrupted:
+                return
             if not events:
                 if self.store.get(job_id) is None:
                     return

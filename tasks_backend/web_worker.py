@@ -44,6 +44,15 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
             super().patch()
         cooperative_redis_timeouts()
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        # SIGTERM (a deploy): gunicorn stops accepting and waits for the requests in flight, so the held streams
+        # and blocking sends end now rather than holding the process for its graceful timeout. Out of the
+        # signal handler, as gunicorn does for SIGQUIT.
+        super().handle_exit(sig, frame)
+        runtime = getattr(self.wsgi, "extensions", {}).get("tasks_backend")
+        if runtime is not None:
+            gevent.spawn(runtime.stop_streams)
+
     def timeout_ctx(self) -> gevent.Timeout:
         # gunicorn reads each request head inside this; on expiry (no exception) the connection is closed.
         return gevent.Timeout(self.header_timeout_s, False)

@@ -189,6 +189,13 @@ class SentinelGroup:
         with redis.Redis(port=sentinel.port, socket_timeout=1, decode_responses=True) as client:
             return client.execute_command(*command)
 
+    def _answered(self, sentinel: Server) -> bool:
+        """The Sentinel holds its primary up and has no PING to it unanswered (`last-ping-sent` is 0)."""
+        with contextlib.suppress(redis.RedisError):
+            state = self._ask(sentinel, "SENTINEL", "MASTER", SERVICE)
+            return bool(state["flags"] == "master" and int(state["last-ping-sent"]) == 0)
+        return False
+
     def _settled(self) -> bool:
         """Every Sentinel knows the primary, the other two and a replica in sync; the replica is linked."""
         for sentinel in self.sentinels:
@@ -222,7 +229,13 @@ class SentinelGroup:
         return port
 
     def wait_promoted(self, old_port: int, timeout: float = 30) -> int:
-        """Wait until every Sentinel names a new primary that answers as one; its port."""
+        """Wait until every Sentinel names a new primary that answers as one, and has had its answer to a
+        PING since the switch; its port.
+
+        A Sentinel that switches starts a new link whose first PING must be answered within
+        `down-after-milliseconds`, or it flags the new primary down and may fail over again at once (on a
+        busy machine it did, promoting the old primary just restarted with stale data). Starting the old
+        primary again only after that first answer leaves that second failover no candidate."""
         def promoted() -> int | None:
             ports = set()
             for sentinel in self.sentinels:
@@ -232,7 +245,7 @@ class SentinelGroup:
                 return None
             port = ports.pop()
             with contextlib.suppress(redis.RedisError), redis.Redis(port=port, socket_timeout=1) as client:
-                if client.info("replication")["role"] == "master":
+                if client.info("replication")["role"] == "master" and all(map(self._answered, self.sentinels)):
                     return port
             return None
 

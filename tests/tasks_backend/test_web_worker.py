@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import signal
 import socket
 import sys
@@ -198,3 +199,52 @@ def test_requests_the_server_cannot_parse_get_a_problem_not_html(web: str, reque
     assert b"Content-Type: application/problem+json" in head
     problem = json.loads(body)
     assert problem["status"] == status and b"xxxx" not in body and b"yyyy" not in body
+
+
+def _read_to_end(sock: socket.socket, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    answer = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_stopping_web_process_ends_held_streams_and_blocking_sends_at_once(redis_base: str,
+                                                                            tmp_path: Path) -> None:
+    """SIGTERM, as a deploy sends it: the process stops within seconds, not after gunicorn's graceful timeout
+    (30 s) spent waiting on streams blocked in Redis. Each held request ends as its own deadline would: the
+    event streams close cleanly (their clients reconnect elsewhere) and the blocking send answers with the task
+    as it stands."""
+    proc, base = start_web(redis_base, tmp_path / "web.log")
+    try:
+        job_id = queued_job(base)
+        stream = _request(base, "GET", f"/v1/jobs/{job_id}/events")
+        listen = _request(base, "POST", "/mcp", {
+            "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": [job_id]},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                 "io.modelcontextprotocol/clientCapabilities": {
+                                     "extensions": {"io.modelcontextprotocol/tasks": {}}}}}},
+            {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen",
+             "Accept": "application/json, text/event-stream"})
+        message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+                   "parts": [{"data": {"operation": "demo.sleep", "params": {"seconds": 1}}}]}
+        send = _request(base, "POST", "/a2a", {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                                               "params": {"message": message}}, {"A2A-Version": "1.0"})
+        assert stream.recv(12) == b"HTTP/1.1 200" and listen.recv(12) == b"HTTP/1.1 200"
+        # The blocking send is waiting once its task exists (nobody runs it here) and it has not answered.
+        wait_until(lambda: len(httpx.get(f"{base}/v1/jobs", headers=ALICE).json()["jobs"]) == 2, 10,
+                   message="the blocking send's task")
+        assert select.select([send], [], [], 0)[0] == []  # not answered: it waits for the task to end
+
+        proc.kill_group(signal.SIGTERM)
+        proc.popen.wait(ANSWER_WITHIN)  # raises if the process still waits on its streams
+
+        for sock in (stream, listen):
+            assert _read_to_end(sock, 1).endswith(b"0\r\n\r\n")  # the chunked body's last chunk: a clean end
+        answer = _read_to_end(send, 1)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert b'"TASK_STATE_SUBMITTED"' in answer or b'"TASK_STATE_WORKING"' in answer, answer[-300:]
+    finally:
+        proc.stop()

@@ -1,0 +1,35 @@
+"""Stopping a process's held streams (`tasks_backend.drain`): a watch ends as its deadline would, at once.
+
+The gevent side, a read interrupted mid-block in a stopping web worker, is in test_web_worker.py."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tasks_backend.config import Settings
+from tasks_backend.domain import JobState
+from tasks_backend.drain import Drain, Interrupted
+from tasks_backend.runtime import build_runtime
+
+
+def test_a_stopped_drain_refuses_every_later_read() -> None:
+    drain = Drain()
+    with drain.read():
+        pass
+    drain.stop()
+    assert drain.stopping
+    with pytest.raises(Interrupted), drain.read():
+        pass
+
+
+def test_watch_on_a_stopping_process_yields_the_job_as_it_stands_then_ends(settings: Settings) -> None:
+    runtime = build_runtime(settings)  # its own: stopping is for good
+    record, _ = runtime.service.submit("alice", "test.noop")
+    runtime.stop_streams()
+    assert runtime.service.stopping and runtime.streaming().stopping  # one drain for both
+    started = time.monotonic()
+    seen = list(runtime.streaming().watch("alice", record.id, max_s=60, block_ms=10_000))
+    assert [r.state for _, r in seen] == [JobState.QUEUED]
+    assert time.monotonic() - started < 5  # not one 10 s blocking read
