@@ -31,8 +31,9 @@ from .domain import TERMINAL_STATES, JobState, sources_of
 
 # Shared helpers, prepended to every job script.
 _PRELUDE = r"""
-local function clock()
-  local t = redis.call('TIME')
+-- Redis's time in ms; `t` a TIME reply already read in this script, if any.
+local function clock(t)
+  t = t or redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
@@ -115,41 +116,104 @@ local function standing(state, token, ctok, mine)
 end
 """
 
-# ARGV: request id, ttl ms, name/value pairs of the new record (state first). Sets `created` and
-# `updated` from Redis's clock and returns that time (the replay of its own request returns the same);
-# nil if another request made the job. The hot path of every submit: a handful of calls, nothing read back.
-CREATE = r"""
-local prev = redis.call('HMGET', KEYS[1], 'rq', 'created')
-if prev[2] then
-  if replayed(prev[1], ARGV[1]) then return prev[2] end
-  return false
+# A submit writes the job (`create_job`), indexes it for its owner, claiming its idempotency key (`index_owner`),
+# and puts it on the sweep schedule (`schedule`). On a single Redis one script (SUBMIT) does all three, and the
+# enqueue when the broker is the same Redis; a Redis Cluster keeps them apart, one slot each (CREATE, OWNER_INDEX,
+# SCHEDULE).
+
+# KEYS[1], KEYS[2]: the job hash and its feed. ARGV from `at`: request id, ttl ms, then the new record's name/value
+# pairs (state first) to the end. Sets `created` and `updated` from Redis's clock (`t`: a TIME reply, or nil) and
+# returns that time (the replay of its own request returns the same); false if another request made the job.
+_CREATE_FN = r"""
+local function create_job(at, t)
+  local rid = ARGV[at]
+  local prev = redis.call('HMGET', KEYS[1], 'rq', 'created')
+  if prev[2] then
+    if replayed(prev[1], rid) then return prev[2] end
+    return false
+  end
+  local now = ms(clock(t))
+  redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', rid .. ' ', unpack(ARGV, at + 2))
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[at + 3], 'u', now)
+  local exp = tonumber(now) + tonumber(ARGV[at + 1])
+  redis.call('PEXPIREAT', KEYS[1], exp)
+  redis.call('PEXPIREAT', KEYS[2], exp)
+  return now
 end
-local now = ms(clock())
-redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', ARGV[1] .. ' ', unpack(ARGV, 3))
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[4], 'u', now)
-local exp = tonumber(now) + tonumber(ARGV[2])
-redis.call('PEXPIREAT', KEYS[1], exp)
-redis.call('PEXPIREAT', KEYS[2], exp)
-return now
 """
 
-# KEYS: owner index [, idempotency key]. ARGV: job id, index ttl ms, idem value, idem ttl ms, max ttl ms.
-# The job's score is Redis's time in ms with microseconds (quick submissions list in the order made).
-# Returns nil when indexed, or the existing idempotency value when another request took the key.
-OWNER_INDEX = r"""
-if #KEYS == 2 then
-  if not redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
-    local held = redis.call('GET', KEYS[2])
-    -- Our own value: this is the replay of a request whose reply was lost.
-    if held ~= ARGV[3] then return held or '' end
+# The owner index KEYS[ix] scores the job with Redis's time in ms with microseconds (quick submissions list in the
+# order made). With an idempotency key KEYS[ik] (ik nil: none) it claims the key first. Returns nil when indexed,
+# or the value the key holds when another request took it. (Keys by position: a script names only its KEYS.)
+_INDEX_FN = r"""
+local function index_owner(ix, ik, job_id, index_ttl, idem_value, idem_ttl, max_ttl, t)
+  if ik then
+    if not redis.call('SET', KEYS[ik], idem_value, 'NX', 'PX', idem_ttl) then
+      local held = redis.call('GET', KEYS[ik])
+      -- Our own value: this is the replay of a request whose reply was lost.
+      if held ~= idem_value then return held or '' end
+    end
   end
+  t = t or redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+  redis.call('ZADD', KEYS[ix], string.format('%.3f', now), job_id)
+  redis.call('ZREMRANGEBYSCORE', KEYS[ix], '-inf', '(' .. string.format('%d', now - tonumber(max_ttl)))
+  redis.call('PEXPIRE', KEYS[ix], index_ttl)
+  return nil
 end
+"""
+
+# Each (delay ms, member) pair of `entries` becomes due `delay` from now in the schedule KEYS[ks]. Returns now.
+_SCHEDULE_FN = r"""
+local function schedule(ks, key_ttl, entries, t)
+  t = t or redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local args = {}
+  for i = 1, #entries, 2 do
+    table.insert(args, string.format('%d', now + tonumber(entries[i])))
+    table.insert(args, entries[i + 1])
+  end
+  redis.call('ZADD', KEYS[ks], unpack(args))
+  redis.call('PEXPIRE', KEYS[ks], key_ttl)
+  return string.format('%d', now)
+end
+"""
+
+# ARGV: request id, ttl ms, name/value pairs of the new record (state first). See `create_job`.
+CREATE = _CREATE_FN + "return create_job(1)\n"
+
+# KEYS: owner index [, idempotency key]. ARGV: job id, index ttl ms, idem value, idem ttl ms, max ttl ms.
+# Returns nil when indexed, or the existing idempotency value when another request took the key.
+OWNER_INDEX = _INDEX_FN + (
+    "return index_owner(1, #KEYS == 2 and 2 or nil, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])\n")
+
+# The whole submit on a single Redis (see `create_job`): calling a script costs Redis more than the commands in
+# it, and this is the hot path of every submit.
+# KEYS: job, feed, owner index, sweep schedule, then the idempotency key if ARGV[3] is not '', then the queue and
+#       the push counter if ARGV[7] is not ''.
+# ARGV: job id, index ttl ms, idem value ('' = no key), max ttl ms, sweep delay ms, schedule ttl ms, message to
+#       push ('' = none), push counter ttl ms ('' = leave it), request id, job ttl ms, then the record's pairs.
+# Returns {createdAt, nil} when made; {createdAt, the value the key holds} when another request holds the
+# idempotency key (the job is made but neither indexed nor enqueued: the caller discards it); {nil, nil} if the id
+# was taken.
+# Applied twice it answers the same and pushes twice; a second message for one job is refused by the claim's
+# fencing.
+SUBMIT = _CREATE_FN + _INDEX_FN + _SCHEDULE_FN + r"""
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-redis.call('ZADD', KEYS[1], string.format('%.3f', now), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[5])))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return false
+local created = create_job(9, t)
+if not created then return {false, false} end
+local k = 5
+local idem
+if ARGV[3] ~= '' then idem = k; k = k + 1 end
+local held = index_owner(3, idem, ARGV[1], ARGV[2], ARGV[3], ARGV[10], ARGV[4], t)
+if held then return {created, held} end
+schedule(4, ARGV[6], {ARGV[5], ARGV[1]}, t)
+if ARGV[7] ~= '' then
+  redis.call('LPUSH', KEYS[k], ARGV[7])
+  redis.call('INCR', KEYS[k + 1])
+  if ARGV[8] ~= '' then redis.call('PEXPIRE', KEYS[k + 1], ARGV[8]) end
+end
+return {created, false}
 """
 
 # ARGV: request id, token ('' = not fenced), target state, allowed source states csv, owner ('' = any),
@@ -409,31 +473,13 @@ emit(ms(now), false)
 return remember({'republish', ms(now + grace), h[6]})
 """
 
-# KEYS: a key that must hold ARGV[1], a list, a counter. ARGV: that value, the item.
-# Pushes the item and counts it only while the key holds the value: a keyed submit enqueues in the round
-# trip that claims its idempotency key, and a job that lost the key to another request is never enqueued.
-# Applied twice it pushes twice; a second message for one job is refused by the claim's fencing.
-PUSH_IF = r"""
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('LPUSH', KEYS[2], ARGV[2])
-redis.call('INCR', KEYS[3])
-return 1
-"""
-
 # -- schedules (one global sorted set per script; members are job ids, scores Redis ms) ----------------
 
-# ARGV: key ttl ms, then (delay ms, member) pairs: each member becomes due `delay` from now.
-SCHEDULE = r"""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local args = {}
-for i = 2, #ARGV, 2 do
-  table.insert(args, string.format('%d', now + tonumber(ARGV[i])))
-  table.insert(args, ARGV[i + 1])
-end
-redis.call('ZADD', KEYS[1], unpack(args))
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return string.format('%d', now)
+# ARGV: key ttl ms, then (delay ms, member) pairs: each member becomes due `delay` from now. Returns now.
+SCHEDULE = _SCHEDULE_FN + r"""
+local entries = {}
+for i = 2, #ARGV do table.insert(entries, ARGV[i]) end
+return schedule(1, ARGV[1], entries)
 """
 
 # ARGV: limit. Returns {now, member, score, member, score, ...}: the members due now, oldest first.
@@ -471,10 +517,10 @@ JOB_SCRIPTS: dict[str, str] = {
     "cancel": CANCEL,
     "input": INPUT,
     "sweep_one": SWEEP_ONE,
+    "submit": SUBMIT,
 }
 OTHER_SCRIPTS: dict[str, str] = {
     "owner_index": OWNER_INDEX,
-    "push_if": PUSH_IF,
     "schedule": SCHEDULE,
     "due": DUE,
     "reschedule": RESCHEDULE,

@@ -141,6 +141,8 @@ class RedisStore:
         self.replicas = replicas
         self._sha: dict[str, str] = {}
         self._ttl_kept: dict[str, float] = {}
+        #: One Redis (with or without Sentinel), not a Cluster: a script may touch keys of any slot.
+        self.single = isinstance(client, redis.Redis)
 
     # -- script plumbing -------------------------------------------------------
     def _load_scripts(self) -> None:
@@ -204,32 +206,35 @@ class RedisStore:
         by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
         `push` (the enqueue, when the broker is this Redis) rides in the same round trip: with an
         idempotency key, it is pushed only if the key is this request's, so a job that lost the key is
-        never enqueued (only a single Redis can be a broker, so the keys may span slots there).
+        never enqueued. On a single Redis all of it is one script (`lua.SUBMIT`); a Redis Cluster, which is
+        never the broker, runs one script per slot.
         """
         rid = request_id or new_request_id()
-        owner_keys = [self.keys.owner_index(owner)]
-        if idem_key is not None:
-            owner_keys.append(self.keys.idempotency(owner, idem_key))
         # The script reads the state from the first pair.
         pairs = ["state", fields["state"], *(x for k, v in fields.items() if k != "state" for x in (k, v))]
+        job_keys = self.keys.job_keys(job_id)[:2]
+        index, sweep = self.keys.owner_index(owner), self.keys.sweep()
+        idem = None if idem_key is None else self.keys.idempotency(owner, idem_key)
 
         def build(p: Any) -> None:
-            self._eval(p, "create", self.keys.job_keys(job_id), rid, ttl_ms, *pairs)
-            self._eval(p, "owner_index", owner_keys, job_id, self.max_ttl_ms, idem_value, ttl_ms, self.max_ttl_ms)
-            self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
-            if push is not None:
-                if idem_key is None:
-                    p.lpush(push.queue, push.item)
-                    p.incr(push.counter)
-                else:
-                    self._eval(p, "push_if", [owner_keys[1], push.queue, push.counter], idem_value, push.item)
-                if push.counter_ttl_ms is not None:
-                    p.pexpire(push.counter, push.counter_ttl_ms)
+            if self.single:
+                keys = [*job_keys, index, sweep, *([idem] if idem else []),
+                        *([push.queue, push.counter] if push else [])]
+                self._eval(p, "submit", keys, job_id, self.max_ttl_ms, idem_value if idem else "", self.max_ttl_ms,
+                           sweep_in_ms, self.max_ttl_ms, push.item if push else "",
+                           "" if push is None or push.counter_ttl_ms is None else push.counter_ttl_ms,
+                           rid, ttl_ms, *pairs)
+            else:
+                assert push is None, "a Redis Cluster is never the broker"
+                self._eval(p, "create", job_keys, rid, ttl_ms, *pairs)
+                self._eval(p, "owner_index", [index, *([idem] if idem else [])], job_id, self.max_ttl_ms, idem_value,
+                           ttl_ms, self.max_ttl_ms)
+                self._schedule_in(p, sweep, [(job_id, sweep_in_ms)])
             if self.replicas[0]:  # last: it waits for everything above to reach the replicas
                 p.execute_command("WAIT", *self.replicas)
 
         reply = self._run(build)
-        created, existing = reply[0], reply[1]
+        created, existing = reply[0] if self.single else reply[:2]
         if self.replicas[0] and int(reply[-1]) < self.replicas[0]:
             # Not on enough replicas to survive a failover: never handed out. Its message, if it was
             # enqueued, then finds no job; a retry with the same idempotency key submits afresh.

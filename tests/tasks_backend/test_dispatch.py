@@ -47,15 +47,17 @@ def test_message_matches_celerys(settings: Settings) -> None:
 
 
 class RoundTrips:
-    """Counts what this thread sends to Redis in one write: a command, or a whole pipeline."""
+    """Counts what this thread sends to Redis in one write (a command, or a whole pipeline), and the scripts in it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count, thread = 0, threading.get_ident()
+        self.count, self.scripts, thread = 0, 0, threading.get_ident()
         original = AbstractConnection.send_packed_command
 
         def send(conn: Any, command: Any, check_health: bool = True) -> None:
             if threading.get_ident() == thread:
                 self.count += 1
+                chunks = [command] if isinstance(command, (bytes, str)) else command
+                self.scripts += sum(bytes(c).count(b"\r\nEVALSHA\r\n") for c in chunks if isinstance(c, bytes))
             original(conn, command, check_health)
 
         monkeypatch.setattr(AbstractConnection, "send_packed_command", send)
@@ -91,6 +93,10 @@ def test_a_submit_with_or_without_a_key_enqueues_in_its_one_round_trip(settings:
     # The same key again: the job already made, and no second message.
     again, outcome = service.submit("alice", "test.noop", {}, idempotency_key=key)
     assert (again.id, outcome) == (made[-1], SubmitOutcome.EXISTING) and client.llen(queue) == 0
+    # Each was one script in Redis: the record, the owner index, the idempotency key, the sweep entry and the push.
+    scripts = trips.scripts
+    service.submit("alice", "test.noop", {}, idempotency_key=secrets.token_hex(4))
+    assert trips.scripts - scripts == 1
     # Both pushes were counted next to the queue, and the counter expires like every key.
     counter = service.store.keys.queue_pushes(queue)
     assert int(client.get(counter) or 0) >= 2 and int(client.pttl(counter)) > 0

@@ -4,6 +4,7 @@ The gevent side, a read interrupted mid-block in a stopping web worker, is in te
 
 from __future__ import annotations
 
+import secrets
 import time
 
 import pytest
@@ -25,7 +26,8 @@ def test_a_stopped_drain_refuses_every_later_read() -> None:
 
 
 def test_watch_on_a_stopping_process_yields_the_job_as_it_stands_then_ends(settings: Settings) -> None:
-    runtime = build_runtime(settings)  # its own: stopping is for good
+    # Its own runtime (stopping is for good), on a queue no worker reads: the job stays queued.
+    runtime = build_runtime(settings.with_(queue=f"drain-{secrets.token_hex(3)}"))
     record, _ = runtime.service.submit("alice", "test.noop")
     runtime.stop_streams()
     assert runtime.service.stopping and runtime.streaming().stopping  # one drain for both
