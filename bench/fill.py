@@ -44,20 +44,29 @@ class _Reply(tuple[str, str, str]):
 class _Batched(RedisStore):
     """A store whose round trips are collected, then sent as one pipeline by `flush`."""
 
-    # A stand-in reply that reads as success to the calls made through `_run` here: create reads
-    # [0] (createdAt) and [1] (None: created), transition reads [0] = (outcome, state before, time).
-    # Times are Redis's; the stand-in's only feeds the record the submit returns. The claim is queued with
-    # `claim_later`, which reads nothing. The real replies are checked in `flush` (errors raise).
+    # Stand-in replies that read as success to the calls made through `_run` here: create reads (createdAt,
+    # None: created) from [0] on a single Redis, from [0] and [1] on a cluster; transition reads [0] = (outcome,
+    # state before, time). Times are Redis's; the stand-in's only feeds the record the submit returns. The claim
+    # is queued with `claim_later`, which reads nothing. The real replies are checked in `flush` (errors raise).
     _REPLY: list[Any] = [_Reply(("ok", "running", "0")), None]
+    _CREATED: list[Any] = [[0, None]]
 
     def __init__(self, store: RedisStore) -> None:
         super().__init__(store.redis, store.keys, max_ttl_ms=store.max_ttl_ms)
         self._load_scripts()
         self._builds: list[Callable[[Any], None]] = []
+        self._creating = False
+
+    def create(self, *args: Any, **kwargs: Any) -> tuple[int | None, str | None]:
+        self._creating = True
+        try:
+            return super().create(*args, **kwargs)
+        finally:
+            self._creating = False
 
     def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
         self._builds.append(build)  # one Redis runs a pipeline in order: `in_order` asks nothing more here
-        return list(self._REPLY)
+        return list(self._CREATED if self._creating and self.single else self._REPLY)
 
     def claim_later(self, job_id: str, *, lease_ms: int, max_attempts: int) -> None:
         """The product's claim script, queued for the next flush (its reply is not needed here)."""
