@@ -85,6 +85,21 @@ redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
 return {answer, active, now_ms}
 """
 
+#: KEYS: rate hash. ARGV: limit, window (µs), nonce, requests' worth to charge.
+#: Charges the extra work of a request already admitted, past the limit if need be: the requests that follow are
+#: refused until the debt has refilled. Applied twice it charges once (`cn`: the last charge's nonce).
+CHARGE_LUA = """
+local limit = tonumber(ARGV[1])
+if limit <= 0 or redis.call('HGET', KEYS[1], 'cn') == ARGV[3] then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tat = math.max(tonumber(redis.call('HGET', KEYS[1], 'tat')) or 0, now)
+tat = tat + tonumber(ARGV[4]) * tonumber(ARGV[2]) / limit
+redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'cn', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
+return 1
+"""
+
 #: KEYS: failure hash (c: count, e: end of the window in ms, n: last nonce). ARGV: window (ms), nonce.
 #: Answers {failures in this window, ms left of it}.
 AUTH_FAIL_LUA = """
@@ -121,6 +136,13 @@ local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIRE', KEYS[1], tonumber(last[2]) - now + 1000)
 return {1, 0}
 """
+
+#: Jobs a listing may read per request: reading and sorting about this many costs the web process and Redis what
+#: one request does, so a listing that reads more (a filtered one, A2A ListTasks) is charged one request per this
+#: many beyond its first page (`Limiter.charge`).
+JOBS_PER_REQUEST = 20
+#: What a listing reads for the price of the request itself: one full page.
+FREE_SCAN = 200
 
 #: How long requests granted in a batch may be used: past it the next request asks Redis again.
 GRANT_S = 1.0
@@ -234,6 +256,15 @@ class Limiter:
                     ("RateLimit-Policy", self.policy),
                     ("RateLimit", f'"rate";r={remaining};t={math.ceil(reset_us / 1_000_000)}'),
                 ])
+
+    def charge(self, owner: str, requests: int) -> None:
+        """Count `requests` more of `owner`'s, taken even past the rate limit: its next requests wait it off."""
+        if requests > 0 and self.settings.rate_limit > 0:
+            self._eval(CHARGE_LUA, [self.keys.rate(owner)], self.settings.rate_limit, self._window_us,
+                       secrets.token_hex(8), requests)
+            with self._lock:  # batches granted before the charge must not outlive it
+                for key in [k for k in self._grants if k[0] == owner]:
+                    del self._grants[key]
 
     def auth_failed(self, address: str | None) -> None:
         """Count a failed authentication from `address`; raises `RateLimited` once past the limit."""
@@ -425,6 +456,14 @@ class LimitedJobService(JobService):
         record, outcome = super().submit(principal, operation, params, idempotency_key=idempotency_key,
                                          ttl_s=ttl_s)
         return record, outcome
+
+    def scanned(self, owner: str, jobs: int) -> None:
+        # A long scan is paid for after it is served: refusing it half-way would waste what it read, and an owner
+        # with many jobs could then never list them at all.
+        try:
+            self.limiter.charge(owner, max(0, jobs - FREE_SCAN) // JOBS_PER_REQUEST)
+        except StoreUnavailable:
+            log.debug("a listing's scan went uncharged: Redis is unreachable")
 
 
 def params_size(params: Any) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -15,7 +16,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from .auth import Principal
@@ -249,20 +250,18 @@ class JobService:
         position = decode_cursor(cursor) if cursor else None
         out: list[JobRecord] = []
         last: tuple[float, str] | None = None
-        while True:
-            # One more than a page, so that a full page usually also tells whether another follows.
-            page = self.store.owner_page(principal.name, position, max(limit + 1, 50))
-            if not page:
-                return out, None
-            for score, record in self._live(principal.name, page, where):
-                if wanted is not None and record.state not in wanted:
-                    continue
-                if len(out) == limit:
-                    assert last is not None
-                    return out, encode_cursor(*last)
-                out.append(record)
-                last = (score, record.id)
-            position = (page[-1][1], page[-1][0])
+        # One more than a page, so that a full page usually also tells whether another follows.
+        with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50))) as pages:
+            for page in pages:
+                for score, record in self._live(principal.name, page, where):
+                    if wanted is not None and record.state not in wanted:
+                        continue
+                    if len(out) == limit:
+                        assert last is not None
+                        return out, encode_cursor(*last)
+                    out.append(record)
+                    last = (score, record.id)
+        return out, None
 
     def count(self, who: Principal | str, *, where: Selector | None = None) -> int:
         """How many of the caller's jobs there are, or how many of them `where` keeps.
@@ -274,10 +273,10 @@ class JobService:
         principal = as_principal(who)
         if where is None:
             return self.store.owner_count(principal.name)
-        total, position = 0, None
-        while page := self.store.owner_page(principal.name, position, 200):
-            total += len(self._live(principal.name, page, where))
-            position = (page[-1][1], page[-1][0])
+        total = 0
+        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
+            for page in pages:
+                total += len(self._live(principal.name, page, where))
         return total
 
     def list_recent(self, who: Principal | str, *, limit: int = 50, cursor: str | None = None,
@@ -295,15 +294,29 @@ class JobService:
             raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
         after = _decode_recent(cursor) if cursor else None
         kept: list[JobRecord] = []
-        position = None
-        while page := self.store.owner_page(principal.name, position, 200):
-            kept.extend(record for _, record in self._live(principal.name, page, where))
-            position = (page[-1][1], page[-1][0])
+        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
+            for page in pages:
+                kept.extend(record for _, record in self._live(principal.name, page, where))
         kept.sort(key=_recency)
         rest = [r for r in kept if after is None or _recency(r) > after]
         out = rest[:limit]
         next_cursor = _encode_recent(_recency(out[-1])) if len(rest) > limit else None
         return out, next_cursor, len(kept)
+
+    def _pages(self, owner: str, position: tuple[float, str] | None,
+               size: int) -> Generator[Sequence[tuple[str, float]], None, None]:
+        """The owner index, page after page from `position`; once done, `scanned` is told how many jobs were read."""
+        read = 0
+        try:
+            while page := self.store.owner_page(owner, position, size):
+                read += len(page)
+                yield page
+                position = (page[-1][1], page[-1][0])
+        finally:
+            self.scanned(owner, read)
+
+    def scanned(self, owner: str, jobs: int) -> None:
+        """A listing read `jobs` of the owner's jobs (the limits charge a long scan to the caller)."""
 
     def _live(self, owner: str, page: Sequence[tuple[str, float]],
               where: Selector | None) -> Sequence[tuple[float, JobRecord]]:

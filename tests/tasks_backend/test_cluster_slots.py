@@ -34,7 +34,7 @@ from tasks_backend.store import ListPush
 ALL_SCRIPTS: dict[str, str] = {
     **SCRIPTS,
     "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
-    "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA,
+    "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA, "limits.charge": limits.CHARGE_LUA,
     "push.due": push._DUE, "push.claim": push._CLAIM, "push.release": push._RELEASE, "push.finish": push._FINISH,
 }
 #: Commands a script may call without a key.
@@ -131,6 +131,7 @@ def one_life(runtime: Runtime) -> None:
     limiter.check_active(f"{owner}-2")  # without an admission: the count script
     limiter._prune(owner)
     limiter.open_stream(principal).close()
+    limiter.charge(owner, 3)
 
     pushes = PushStore(store)
     record = store.get(job_id)

@@ -17,7 +17,7 @@ from adapters.app import create_app
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.errors import QuotaExceeded, RateLimited
-from tasks_backend.limits import AUTH_FAIL_LUA, RATE_LUA, STREAM_LUA
+from tasks_backend.limits import AUTH_FAIL_LUA, CHARGE_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.runtime import build_runtime
 from tests.adapters.mcp_clients.rpc import LEGACY, Legacy
 from tests.conftest import ALICE, BOB, bearer, make_settings
@@ -227,6 +227,45 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
     assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
+
+    # A charge of 2 of a limit of 3 (1 used above, and 1 more): applied twice, the principal still has room for none
+    # but not for less than none.
+    charge_key = [keys.rate("dave")]
+    assert limiter._eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 1
+    assert limiter._eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 0
+    dave = [keys.rate("dave"), keys.active_jobs("dave"), keys.active_mark("dave"), keys.owner_index("dave")]
+    assert limiter._eval(RATE_LUA, dave, 3, 60_000_000, "r-1", 1)[0].split()[:2] == ["1", "0"]
+
+
+def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, serve: Serve) -> None:
+    """A2A ListTasks orders by last change, so it reads every job of the caller's, and a filtered listing reads
+    until it fills its page. Such a call is served in full, then charged one request per 20 jobs read beyond its
+    first page: a caller with many jobs cannot make the server read them all again and again at the price of one
+    request each."""
+    settings = make_settings(redis_base, rate_limit=30, rate_window_s=60, max_active_jobs=0)
+    base = serve(settings)
+    service = build_runtime(settings).service  # on its own queue: the jobs stay queued
+    for _ in range(150):
+        service.submit("bob", "test.noop")
+    for _ in range(1000):
+        service.submit("alice", "test.noop")
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {"pageSize": 10}}
+    a2a_headers = {"A2A-Version": "1.0"}
+    # One page's worth of jobs costs the request only.
+    for _ in range(3):
+        answer = httpx.post(f"{base}/a2a", json=listing, headers={**BOB, **a2a_headers}, timeout=30).json()
+        assert answer["result"]["totalSize"] == 150
+    assert httpx.get(f"{base}/v1/jobs", headers=BOB).status_code == 200
+    # 1,000 jobs: the answer is whole, and then the next requests wait off (1000 - 200) / 20 = 40 requests' worth.
+    answer = httpx.post(f"{base}/a2a", json=listing, headers={**ALICE, **a2a_headers}, timeout=30).json()
+    assert answer["result"]["totalSize"] == 1000 and len(answer["result"]["tasks"]) == 10
+    assert_problem_429(httpx.get(f"{base}/v1/jobs", headers=ALICE), "rate-limited")
+    # The same for a filtered listing that reads every job to find none.
+    for _ in range(1000):
+        service.submit("carol", "test.noop")
+    assert service.list("carol", status="failed") == ([], None)
+    with pytest.raises(RateLimited):
+        service.limiter.admit(Principal("carol"), None)
 
 
 def test_a_busy_principal_is_admitted_in_batches(redis_base: str) -> None:
