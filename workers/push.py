@@ -41,6 +41,8 @@ from tasks_backend.webhook import post_event
 
 log = logging.getLogger(__name__)
 
+#: Waits between attempts to save a pass whose save met an unreachable Redis (about 4 s in all: a restart).
+SAVE_RETRY_S = (0.25, 0.5, 1.0, 2.0)
 #: How often an unfinished job's feed is read for new events, and how often the due set is polled.
 FOLLOW_MS = 250
 IDLE_S = 0.2
@@ -122,11 +124,18 @@ class _JobPass:
         return min(times) if times else None
 
     def _finish(self) -> None:
+        # A brief outage (a Redis restart or stall) is waited out here: left to the lock's lapse, the save would
+        # wait a minute, and every event this pass posted would be posted again.
         try:
-            self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at())
-        except ServiceUnavailable:
-            log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the lease)",
-                        self.pending.job_id)
+            for wait_s in (*SAVE_RETRY_S, None):
+                try:
+                    self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at())
+                    return
+                except ServiceUnavailable:
+                    if wait_s is None or self.deliverer.stop.wait(wait_s):
+                        log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the "
+                                    "lease)", self.pending.job_id)
+                        return
         except Exception as exc:
             log.warning("push delivery for job %s not saved: %s", self.pending.job_id, type(exc).__name__)
         finally:

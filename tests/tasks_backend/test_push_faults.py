@@ -399,6 +399,33 @@ def test_a_save_that_fails_leaves_the_job_due(runtime: Runtime, monkeypatch: pyt
     assert not push.cursors(record.id)["added"].done
 
 
+@pytest.mark.usefixtures("worker")
+def test_a_save_that_meets_a_brief_outage_is_made_within_the_pass(runtime: Runtime, settings: Settings,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis does not answer the pass's save twice (a restart, a stall), then does: the pass saves then, instead of
+    leaving its lock to lapse a minute later and posting the same events again."""
+    receiver = Receiver()
+    deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True))
+    try:
+        record = _job(runtime)
+        _put(runtime, record, {"url": receiver.url})
+        _finished(runtime, record)
+        cuts, save = [2], deliverer.push._finish
+
+        def cut_twice(*args: Any, **kwargs: Any) -> Any:
+            if cuts[0]:
+                cuts[0] -= 1
+                raise redis.exceptions.ConnectionError("cut")
+            return save(*args, **kwargs)
+
+        monkeypatch.setattr(deliverer.push, "_finish", cut_twice)
+        _deliver_until(deliverer, lambda: _score(runtime, record.id) is None, "the pass to be saved", timeout=20)
+        assert cuts == [0] and receiver.states().count("TASK_STATE_COMPLETED") == 1
+    finally:
+        receiver.close()
+        deliverer.close()
+
+
 def test_a_replayed_claim_keeps_the_lock_for_its_caller(runtime: Runtime) -> None:
     push, job_id = PushStore(runtime.store), f"job-{time.monotonic_ns()}"
     runtime.store.redis.script_flush()  # as after a Redis restart: the scripts are loaded again
