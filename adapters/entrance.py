@@ -56,8 +56,9 @@ RPC_PATHS: Mapping[str, str] = protocol.RpcPaths()
 #: WSGI environ keys this layer fills for the layers behind it.
 PRINCIPAL = "tasks_backend.principal"
 REQUEST_ID = "tasks_backend.request_id"
-#: Where the entrance leaves the caller's address for what runs behind it (see `client_address`).
-CLIENT_ADDRESS = "tasks_backend.client_address"
+#: Where the entrance leaves the caller's address for what runs behind it (see `client_address`) and for the
+#: access log.
+CLIENT_ADDRESS = logs.CLIENT_ADDRESS
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
 
 
@@ -158,6 +159,8 @@ class Entrance:
 
     def _admit(self, environ: dict[str, Any]) -> Principal | None:
         """The caller, once every rule let the request in; raises the refusal otherwise."""
+        # First, so that a refused request too is logged with it (the access log's client).
+        address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
         origin = environ.get("HTTP_ORIGIN")
         if origin is not None and origin_of(origin) not in self.origins and not loopback_origin(origin):
             raise OriginNotAllowed()
@@ -170,7 +173,6 @@ class Entrance:
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         principal: Principal | None = None
         failure: Unauthenticated | None = None
-        address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
         if path not in self.public_paths and method != "OPTIONS" and not self.session_paths(path):
             try:
                 principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), address)

@@ -1,8 +1,11 @@
 """gunicorn settings for `tasks-backend web`: gunicorn's own logs and the app's in our one format."""
 
-from tasks_backend.logs import gunicorn_logconfig
+from tasks_backend.logs import CLIENT_ADDRESS, gunicorn_logconfig
 
 logconfig_dict = gunicorn_logconfig()
 # The gevent worker reads each request head under the header deadline only on kept-alive connections, so
 # keep-alive stays on; how long an idle connection waits is that deadline (TASKS_BACKEND_HEADER_TIMEOUT).
 keepalive = 5
+# gunicorn's default access line, with the client the entrance found (behind TASKS_BACKEND_TRUSTED_PROXIES reverse
+# proxies, the forwarded client's address; otherwise the peer's) in place of the peer's address.
+access_log_format = f'%({{{CLIENT_ADDRESS}}}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'

@@ -24,6 +24,9 @@ _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("reques
 
 _SECRETS = re.compile(r"(?i)(bearer\s+|authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+)?|basic[-_]auth[=:\s]+"
                       r"|token[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]+)")
+#: The WSGI environ key where the web entrance leaves the client's address (behind trusted reverse proxies, the
+#: forwarded client's): the access log shows it.
+CLIENT_ADDRESS = "tasks_backend.client_address"
 #: Libraries that log every request at INFO; their lines add nothing an access log does not.
 #: Loggers kept at WARNING. `celery.worker.strategy` logs "Received task" for every job: a worker says
 #: one line per job at INFO (Celery's "succeeded" or "failed" line, with the runtime), not two.
