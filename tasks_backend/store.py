@@ -220,8 +220,8 @@ class RedisStore:
             if self.single:
                 keys = [*job_keys, index, sweep, *([idem] if idem else []),
                         *([push.queue, push.counter] if push else [])]
-                self._eval(p, "submit", keys, job_id, self.max_ttl_ms, idem_value if idem else "", self.max_ttl_ms,
-                           sweep_in_ms, self.max_ttl_ms, push.item if push else "",
+                self._eval(p, "submit", keys, job_id, self.max_ttl_ms, idem_value if idem else "", sweep_in_ms,
+                           push.item if push else "",
                            "" if push is None or push.counter_ttl_ms is None else push.counter_ttl_ms,
                            rid, ttl_ms, *pairs)
             else:

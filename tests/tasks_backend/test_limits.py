@@ -260,6 +260,8 @@ def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, ser
     answer = httpx.post(f"{base}/a2a", json=listing, headers={**ALICE, **a2a_headers}, timeout=30).json()
     assert answer["result"]["totalSize"] == 1000 and len(answer["result"]["tasks"]) == 10
     assert_problem_429(httpx.get(f"{base}/v1/jobs", headers=ALICE), "rate-limited")
+    rate = service.store.redis.pttl(service.store.keys.rate("alice"))
+    assert 0 < rate <= 60_000 + 80_000 + 2_000  # the debt's key expires once it is paid off, like every key
     # The same for a filtered listing that reads every job to find none.
     for _ in range(1000):
         service.submit("carol", "test.noop")
