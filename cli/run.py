@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -31,6 +32,10 @@ from tasks_backend.supervisor import Supervisor
 
 #: How often the readiness probes run while the children start.
 PROBE_INTERVAL_S = 0.25
+#: What an application in another terminal needs to reach this same system (`connect_service()` reads them):
+#: where Redis is, where job messages go, and which keys, queue and operations are this system's.
+CONNECTION_VARIABLES = ("REDIS_URL", "TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE",
+                        "CELERY_BROKER_URL", "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS")
 #: After this long without every child answering, say which ones are still missing (and keep waiting).
 SLOW_START_S = 60.0
 
@@ -84,12 +89,19 @@ def run(data_dir: str) -> None:
     for name, argv in commands.items():
         supervisor.add(name, functools.partial(_spawn, argv, env))
     banner = Banner(port=port, flower_port=flower_port, token=token, flower_auth=env["FLOWER_BASIC_AUTH"],
-                    redis_url=env.get("REDIS_URL") or Settings.from_env(env).redis_url,
-                    embedded=redis_server is not None)
+                    redis_url=Settings.from_env(env).redis_url, embedded=redis_server is not None,
+                    exports=connection_exports(env))
     probes = readiness_probes(env, port, flower_port, supervisor)
     threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
                      name="readiness").start()
     supervisor.run()
+
+
+def connection_exports(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The connection variables this run was given (or made: an embedded Redis's URL), as the pasted block
+    exports them. With Sentinels, REDIS_URL is left out: the Sentinels replace it (`Settings.from_env`)."""
+    skip = {"REDIS_URL"} if env.get("TASKS_BACKEND_REDIS_SENTINELS") else set()
+    return tuple((name, env[name]) for name in CONNECTION_VARIABLES if env.get(name) and name not in skip)
 
 
 def _first_token(tokens: str) -> str | None:
@@ -182,6 +194,7 @@ class Banner:
     flower_auth: str
     redis_url: str
     embedded: bool
+    exports: tuple[tuple[str, str], ...] = ()
 
     def render(self, elapsed_s: float) -> str:
         url = f"http://127.0.0.1:{self.port}"
@@ -199,14 +212,19 @@ class Banner:
         ]
         activate = _activate_script()
         if activate:
-            lines.append(f"  source {activate}")
-        lines.append(f"  export TASKS_BACKEND_URL={url}")
+            lines.append(f"  source {shlex.quote(activate)}")
+        lines.append(_export("TASKS_BACKEND_URL", url))
         if self.token:
-            lines.append(f"  export TASKS_BACKEND_TOKEN={self.token}")
+            lines.append(_export("TASKS_BACKEND_TOKEN", self.token))
         else:  # tokens from a file or JWTs: only their owner has one to paste
             lines.append("  # export TASKS_BACKEND_TOKEN=<a token of yours>")
-        lines += [f"  export REDIS_URL={self.redis_url}", ""]
+        lines += [*(_export(name, value) for name, value in self.exports), ""]
         return "\n".join(lines)
+
+
+def _export(name: str, value: str) -> str:
+    # Quoted for the shell it is pasted into: a Sentinel URL holds `;`, a password may hold anything.
+    return f"  export {name}={shlex.quote(value)}"
 
 
 def _activate_script() -> str | None:

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import httpx
 
+from tasks_backend.config import Settings
 from tasks_backend.embedded import free_port
 from tests.conftest import wait_until
 from tests.support.procs import ROOT, service_pids
+from tests.support.sentinel import SERVICE, SentinelGroup
 
 
 def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
@@ -120,14 +122,93 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_the_pasted_block_exports_a_token_only_when_there_is_one_to_paste() -> None:
-    from cli.run import Banner, _first_token
+    from cli.run import Banner, _first_token, connection_exports
 
     assert _first_token("ops:s3cret, me:other") == "s3cret"
     assert _first_token("") is None
     common = {"port": "8000", "flower_port": "5555", "flower_auth": "admin:pw",
-              "redis_url": "redis://127.0.0.1:6379/0", "embedded": False}
+              "redis_url": "redis://127.0.0.1:6379/0", "embedded": False,
+              "exports": connection_exports({"REDIS_URL": "redis://127.0.0.1:6379/0", "PATH": "/bin"})}
     shown = Banner(token="s3cret", **common).render(1.0)
     assert "\n  export TASKS_BACKEND_TOKEN=s3cret\n" in shown
     assert "\n  export REDIS_URL=redis://127.0.0.1:6379/0\n" in shown
     # Tokens from a file or JWTs: a line that does nothing when pasted, rather than one bash cannot parse.
     assert "\n  # export TASKS_BACKEND_TOKEN=<a token of yours>\n" in Banner(token=None, **common).render(1.0)
+
+
+def _pasted(block: str) -> dict[str, str]:
+    """What a shell has after the banner's block is pasted into it (the `export` lines; activating the
+    environment is left out)."""
+    exports = "\n".join(line for line in block.splitlines() if line.strip().startswith("export "))
+    shell = subprocess.run(["bash", "-c", f"set -e\n{exports}\nenv -0"], env={"PATH": os.environ["PATH"]},
+                           capture_output=True, text=True, timeout=10)
+    assert shell.returncode == 0 and not shell.stderr, shell.stderr
+    return dict(item.split("=", 1) for item in shell.stdout.split("\0") if "=" in item)
+
+
+def test_the_pasted_block_gives_another_shell_the_same_system() -> None:
+    """Every variable that says which system an application reaches is exported as `run` was given it, quoted
+    for the shell: a Sentinel URL holds `;`, which a shell would take for the end of the command."""
+    from cli.run import Banner, connection_exports
+
+    given = {"TASKS_BACKEND_REDIS_SENTINELS": "127.0.0.1:26379,127.0.0.1:26380",
+             "TASKS_BACKEND_REDIS_SERVICE": "jobs", "REDIS_URL": "redis://ignored:6379/0",
+             "CELERY_BROKER_URL": "amqp://app:p&ss w;rd@127.0.0.1:5672//", "TASKS_BACKEND_KEY_PREFIX": "tb2",
+             "TASKS_BACKEND_QUEUE": "jobs2", "TASKS_BACKEND_JOBS": "myapp.jobs,demo.jobs", "PORT": "8000"}
+    block = Banner(port="8000", flower_port="5555", token="t0k", flower_auth="admin:pw",
+                   redis_url=Settings.from_env(given).redis_url, embedded=False,
+                   exports=connection_exports(given)).render(1.0)
+    pasted = _pasted(block)
+    assert "REDIS_URL" not in pasted  # the Sentinels replace it; a stale one would only mislead
+    for name in ("TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "CELERY_BROKER_URL",
+                 "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS"):
+        assert pasted[name] == given[name]
+    assert pasted["TASKS_BACKEND_URL"] == "http://127.0.0.1:8000" and pasted["TASKS_BACKEND_TOKEN"] == "t0k"
+    assert Settings.from_env(pasted).redis_url == Settings.from_env(given).redis_url
+
+
+def test_run_with_sentinels_serves_a_job_an_application_submits_from_the_pasted_block(tmp_path: Path) -> None:
+    """No embedded Redis when Sentinels are set: every child finds the primary through them, and an application
+    in a shell that pasted the block submits through `connect_service()` to the same system."""
+    group = SentinelGroup(tmp_path / "sentinel").start()
+    port, flower_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TASKS_BACKEND_", "FLOWER_", "REDIS_URL", "CELERY_BROKER_URL"))}
+    env.update({"PORT": str(port), "FLOWER_PORT": str(flower_port), "LOG_FORMAT": "text",
+                "TASKS_BACKEND_REDIS_SENTINELS": group.addresses, "TASKS_BACKEND_REDIS_SERVICE": SERVICE,
+                "TASKS_BACKEND_KEY_PREFIX": "tbrun"})
+    log = tmp_path / "run.log"
+    try:
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "cli", "run", "--data-dir", str(tmp_path / "data")],
+                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_until(lambda: "In another terminal" in log.read_text() and log.read_text().endswith("\n\n"), 90,
+                       message="the banner")
+            pasted = _pasted(log.read_text())
+            assert not (tmp_path / "data").exists()  # no embedded Redis was started
+            submit = subprocess.run([sys.executable, "-c", _SUBMIT], cwd=ROOT, capture_output=True, text=True,
+                                    env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **pasted}, timeout=60)
+            assert submit.returncode == 0, submit.stderr
+            assert submit.stdout.split() == ["completed", "0.1"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            finally:
+                if _group_alive(proc.pid):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 0, log.read_text()[-3000:]
+    finally:
+        group.stop()
+
+
+#: An application in the shell that pasted the block: it submits in process and waits for a worker of `run`.
+_SUBMIT = """
+from tasks_backend import Principal, connect_service
+service = connect_service()
+me = Principal("app")
+record, _ = service.submit(me, "demo.sleep", {"seconds": 0.1})
+done = service.wait(me, record.id, timeout_s=45)
+print(done.state, done.result["slept"])
+"""
