@@ -88,10 +88,10 @@ def run(data_dir: str) -> None:
     }
     for name, argv in commands.items():
         supervisor.add(name, functools.partial(_spawn, argv, env))
+    settings = Settings.from_env(env)
     banner = Banner(port=port, flower_port=flower_port, token=token, flower_auth=env["FLOWER_BASIC_AUTH"],
-                    redis_url=Settings.from_env(env).redis_url, embedded=redis_server is not None,
-                    exports=connection_exports(env))
-    probes = readiness_probes(env, port, flower_port, supervisor)
+                    redis_url=settings.redis_url, embedded=redis_server is not None, exports=connection_exports(env))
+    probes = readiness_probes(settings, port, flower_port, supervisor)
     threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
                      name="readiness").start()
     supervisor.run()
@@ -133,11 +133,10 @@ def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 Probe = Callable[[], bool]
 
 
-def readiness_probes(env: Mapping[str, str], port: str, flower_port: str,
+def readiness_probes(settings: Settings, port: str, flower_port: str,
                      supervisor: Supervisor) -> dict[str, Probe]:
     """One check per child, each true once that child serves: the web app's `/readyz` (Redis and broker
     reachable), a Celery ping the worker answers, Flower's `/healthcheck`, the sweeper's process alive."""
-    settings = Settings.from_env(env)
 
     def web() -> bool:
         return _answers(f"http://127.0.0.1:{port}/readyz")

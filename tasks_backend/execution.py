@@ -27,7 +27,7 @@ from .domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from .errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from .registry import JobSpec, Registry
 from .stats import JobStats
-from .store import RedisStore, new_request_id
+from .store import RedisStore, new_request_id, through_outage
 
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
@@ -53,20 +53,6 @@ class _Parked(BaseException):
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _durable(call: Callable[[], T], tolerance_s: float) -> T:
-    """Retry a write through a Redis outage; the lease and the sweeper cover anything longer."""
-    deadline = time.monotonic() + tolerance_s
-    delay = 0.05
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
 
 class Lease:
@@ -190,13 +176,13 @@ class JobContext:
     # -- durability --------------------------------------------------------------
     def step(self, name: str, fn: Callable[[], T]) -> T:
         """Run `fn` once for this job and record its JSON result; a replay returns the record."""
-        recorded = _durable(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
+        recorded = through_outage(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
         if recorded is not None:
             return json.loads(recorded)  # type: ignore[no-any-return]
         self.check_cancelled()
         value = fn()
         encoded = json.dumps(value)
-        outcome, stored = _durable(
+        outcome, stored = through_outage(
             lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
         if outcome == JobState.CANCELLED:
             self._keeper.cancelled.set()
@@ -215,7 +201,7 @@ class JobContext:
 
     def ask_all(self, questions: dict[str, tuple[str, Form]]) -> dict[str, Any]:
         """Ask several questions at once; the job resumes when every one of them is answered."""
-        recorded = _durable(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
+        recorded = through_outage(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
         answers: dict[str, Any] = {}
         missing: dict[str, Any] = {}
         for key, (message, schema) in questions.items():
@@ -330,7 +316,7 @@ class Executor:
         terminal = target in TERMINAL_STATES
         # One request id across the retries below: a retry of a change that was applied answers "ok".
         request_id = new_request_id()
-        outcome, _, at = _durable(lambda: self.store.transition(
+        outcome, _, at = through_outage(lambda: self.store.transition(
             record.id, target, token=token, fields=fields, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
             request_id=request_id), self.settings.lease_s * 10)
         if outcome == JobState.CANCELLED:

@@ -56,10 +56,19 @@ local function active(k)
 end
 """
 
+#: The rate hash KEYS[1] keeps the theoretical arrival time `tat` (µs) of the next request, and the fields given
+#: after it; it lives until that time has passed (it then says nothing a missing hash would not).
+_KEEP_TAT_FN = """
+local function keep_tat(now, tat, ...)
+  redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), ...)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
+end
+"""
+
 #: KEYS: rate hash, unfinished set, prune mark, owner index (all the owner's: one Redis Cluster slot).
 #: ARGV: limit, window (µs), nonce, requests wanted at once.
 #: Answers {"granted remaining retry_us reset_us" or "" (no rate limit), unfinished job count, Redis's time in ms}.
-RATE_LUA = ACTIVE_COUNT_LUA + """
+RATE_LUA = ACTIVE_COUNT_LUA + _KEEP_TAT_FN + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local active = active(2)
@@ -80,23 +89,20 @@ else
   tat = tat + granted * interval
   answer = granted .. ' ' .. (fit - granted) .. ' 0 ' .. string.format('%.0f', tat - now)
 end
-redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'n', ARGV[3], 'r', answer)
-redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
+keep_tat(now, tat, 'n', ARGV[3], 'r', answer)
 return {answer, active, now_ms}
 """
 
 #: KEYS: rate hash. ARGV: limit, window (µs), nonce, requests' worth to charge.
 #: Charges the extra work of a request already admitted, past the limit if need be: the requests that follow are
 #: refused until the debt has refilled. Applied twice it charges once (`cn`: the last charge's nonce).
-CHARGE_LUA = """
+CHARGE_LUA = _KEEP_TAT_FN + """
 local limit = tonumber(ARGV[1])
 if limit <= 0 or redis.call('HGET', KEYS[1], 'cn') == ARGV[3] then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local tat = math.max(tonumber(redis.call('HGET', KEYS[1], 'tat')) or 0, now)
-tat = tat + tonumber(ARGV[4]) * tonumber(ARGV[2]) / limit
-redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat), 'cn', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], math.ceil((tat - now) / 1000) + 1000)
+keep_tat(now, tat + tonumber(ARGV[4]) * tonumber(ARGV[2]) / limit, 'cn', ARGV[3])
 return 1
 """
 

@@ -14,6 +14,7 @@ import os
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -104,6 +105,25 @@ def redis_errors() -> Iterator[None]:
         yield
     except _REDIS_DOWN as exc:
         raise StoreUnavailable() from exc
+
+
+def through_outage(call: Callable[[], T], tolerance_s: float, stop: threading.Event | None = None) -> T:
+    """`call`, retried while Redis is unreachable for up to `tolerance_s` (a restart, a stall, a failover), with a
+    doubling wait; raises the last `StoreUnavailable` past that, or as soon as `stop` is set. For a write whose
+    caller has no better moment to make it: what outlives the tolerance is left to leases and the sweeper."""
+    deadline = time.monotonic() + tolerance_s
+    delay = 0.05
+    while True:
+        try:
+            return call()
+        except StoreUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            if stop is None:
+                time.sleep(delay)
+            elif stop.wait(delay):
+                raise
+            delay = min(delay * 2, 1.0)
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,16 @@ from celery import Celery, bootsteps
 from adapters import protocol
 from tasks_backend.config import Settings
 from tasks_backend.domain import JobRecord, JobState
-from tasks_backend.errors import ServiceUnavailable
+from tasks_backend.errors import ServiceUnavailable, StoreUnavailable
 from tasks_backend.keys import Keys
 from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
-from tasks_backend.store import Event, RedisStore, connect
+from tasks_backend.store import Event, RedisStore, connect, through_outage
 from tasks_backend.webhook import post_event
 
 log = logging.getLogger(__name__)
 
-#: Waits between attempts to save a pass whose save met an unreachable Redis (about 4 s in all: a restart).
-SAVE_RETRY_S = (0.25, 0.5, 1.0, 2.0)
+#: How long a pass's save is retried while Redis is unreachable (a restart, a stall).
+SAVE_TOLERANCE_S = 4.0
 #: How often an unfinished job's feed is read for new events, and how often the due set is polled.
 FOLLOW_MS = 250
 IDLE_S = 0.2
@@ -127,15 +127,11 @@ class _JobPass:
         # A brief outage (a Redis restart or stall) is waited out here: left to the lock's lapse, the save would
         # wait a minute, and every event this pass posted would be posted again.
         try:
-            for wait_s in (*SAVE_RETRY_S, None):
-                try:
-                    self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at())
-                    return
-                except ServiceUnavailable:
-                    if wait_s is None or self.deliverer.stop.wait(wait_s):
-                        log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the "
-                                    "lease)", self.pending.job_id)
-                        return
+            through_outage(lambda: self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at()),
+                           SAVE_TOLERANCE_S, self.deliverer.stop)
+        except StoreUnavailable:
+            log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the lease)",
+                        self.pending.job_id)
         except Exception as exc:
             log.warning("push delivery for job %s not saved: %s", self.pending.job_id, type(exc).__name__)
         finally:

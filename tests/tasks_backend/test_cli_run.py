@@ -136,6 +136,12 @@ def test_the_pasted_block_exports_a_token_only_when_there_is_one_to_paste() -> N
     assert "\n  # export TASKS_BACKEND_TOKEN=<a token of yours>\n" in Banner(token=None, **common).render(1.0)
 
 
+def _block(text: str) -> str | None:
+    """The block the banner says to paste, once it is whole (children may log after it)."""
+    found = re.search(r"\nIn another terminal, in this directory, paste:\n\n(.*?\n)\n", text, re.DOTALL)
+    return found.group(1) if found else None
+
+
 def _pasted(block: str) -> dict[str, str]:
     """What a shell has after the banner's block is pasted into it (the `export` lines; activating the
     environment is left out)."""
@@ -158,7 +164,7 @@ def test_the_pasted_block_gives_another_shell_the_same_system() -> None:
     block = Banner(port="8000", flower_port="5555", token="t0k", flower_auth="admin:pw",
                    redis_url=Settings.from_env(given).redis_url, embedded=False,
                    exports=connection_exports(given)).render(1.0)
-    pasted = _pasted(block)
+    pasted = _pasted(_block(block + "\n") or "")  # printed with click.echo's newline
     assert "REDIS_URL" not in pasted  # the Sentinels replace it; a stale one would only mislead
     for name in ("TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "CELERY_BROKER_URL",
                  "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS"):
@@ -183,9 +189,7 @@ def test_run_with_sentinels_serves_a_job_an_application_submits_from_the_pasted_
             proc = subprocess.Popen([sys.executable, "-m", "cli", "run", "--data-dir", str(tmp_path / "data")],
                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_until(lambda: "In another terminal" in log.read_text() and log.read_text().endswith("\n\n"), 90,
-                       message="the banner")
-            pasted = _pasted(log.read_text())
+            pasted = _pasted(wait_until(lambda: _block(log.read_text()), 90, message="the banner's block"))
             assert not (tmp_path / "data").exists()  # no embedded Redis was started
             submit = subprocess.run([sys.executable, "-c", _SUBMIT], cwd=ROOT, capture_output=True, text=True,
                                     env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **pasted}, timeout=60)

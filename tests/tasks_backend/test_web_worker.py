@@ -251,13 +251,17 @@ def test_a_stopping_web_process_ends_held_streams_and_blocking_sends_at_once(red
 
 
 def test_the_access_log_names_the_client_the_entrance_found(redis_base: str, tmp_path: Path) -> None:
-    """Behind a trusted reverse proxy each access line shows the client the proxy forwarded, not the proxy."""
+    """Behind a trusted reverse proxy each access line shows the client the proxy forwarded, not the proxy, refused
+    requests' lines included."""
     log = tmp_path / "web.log"
     proc, base = start_web(redis_base, log, TASKS_BACKEND_TRUSTED_PROXIES="1")
     try:
         forwarded = {**ALICE, "X-Forwarded-For": "198.51.100.1, 203.0.113.5"}  # the left entry is the client's
         assert httpx.get(f"{base}/v1/jobs", headers=forwarded).status_code == 200
         assert httpx.get(f"{base}/v1/jobs?limit=1", headers=ALICE).status_code == 200  # no proxy in between
+        # A request refused at the first check (its Origin) is logged with the forwarded client too.
+        refused = {**forwarded, "Origin": "https://elsewhere.example"}
+        assert httpx.get(f"{base}/v1/jobs?limit=2", headers=refused).status_code == 403
 
         def access(path: str) -> str | None:
             return next((line for line in log.read_text().splitlines()
@@ -267,5 +271,7 @@ def test_the_access_log_names_the_client_the_entrance_found(redis_base: str, tmp
         assert '"message": "203.0.113.5 - - [' in line, line
         line = wait_until(lambda: access("/v1/jobs?limit=1"), 10, message="the second access line")
         assert '"message": "127.0.0.1 - - [' in line, line
+        line = wait_until(lambda: access("/v1/jobs?limit=2"), 10, message="the refused request's access line")
+        assert '"message": "203.0.113.5 - - [' in line and '" 403 ' in line, line
     finally:
         proc.stop()
