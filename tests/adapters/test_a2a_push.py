@@ -7,6 +7,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,11 @@ from werkzeug.serving import make_server
 from adapters.app import create_app
 from tasks_backend.config import Settings
 from tasks_backend.embedded import free_port
+from tasks_backend.push import MAX_CONFIGS_PER_JOB
 from tasks_backend.runtime import build_runtime
 from tests.adapters.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
+from tests.support.lag import LaggyRelay
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.test_push import Receiver
 
@@ -211,3 +214,58 @@ def test_a_send_retried_after_its_task_finished_still_pushes_the_final_state(pus
     again = send_message({"url": receiver.url, "token": "retried"})
     assert again["id"] == first["id"]
     wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 15, message="the final notification")
+
+
+# -- the limit, owners and secrets -------------------------------------------------------------------
+def new_task(http: httpx.Client, token: str) -> str:
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+               "parts": [{"data": {"operation": "test.noop", "params": {}}}]}
+    reply = rpc(http, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}},
+                token=token)
+    return str(reply.json()["result"]["task"]["id"])
+
+
+@pytest.fixture(scope="module")
+def laggy_url(redis_base: str, token_file: Path) -> Iterator[str]:
+    """The app over HTTP with its Redis 20 ms away: the round trips of one request are as far apart as in
+    production under load."""
+    if getattr(redis_base, "store_url", None):
+        pytest.skip("the relay stands in front of one Redis server, not a cluster")
+    host, port = redis_base.rsplit("//", 1)[1].rsplit(":", 1)
+    with LaggyRelay((host, int(port)), 0.02) as relay:
+        settings = make_settings(f"redis://127.0.0.1:{relay.port}", tokens_file=str(token_file))
+        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+
+
+def test_concurrent_creates_never_store_more_than_the_limit(laggy_url: str, users: Any) -> None:
+    """60 creates of distinct configs on one task, all let go at once: the limit holds in the write itself."""
+    _, token = users.new()
+    with httpx.Client(base_url=laggy_url, timeout=60) as http:
+        task_id = new_task(http, token)
+    start = threading.Barrier(60)
+
+    def create(i: int) -> int | None:
+        with httpx.Client(base_url=laggy_url, timeout=60) as own:
+            start.wait()
+            reply = rpc(own, "CreateTaskPushNotificationConfig",
+                        {"taskId": task_id, "id": f"hook-{i}", "url": f"https://8.8.8.8/h{i}"}, token=token)
+        body = reply.json()
+        return None if "result" in body else int(body["error"]["code"])
+
+    with ThreadPoolExecutor(60) as pool:
+        outcomes = list(pool.map(create, range(60)))
+    with httpx.Client(base_url=laggy_url, timeout=60) as http:
+        listed = rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=token).json()["result"]
+        assert len(listed["configs"]) == MAX_CONFIGS_PER_JOB
+        assert outcomes.count(None) == MAX_CONFIGS_PER_JOB
+        assert set(outcomes) == {None, -32602}
+        # A full task still takes a replacement of a config it holds.
+        kept = listed["configs"][0]["id"]
+        replaced = rpc(http, "CreateTaskPushNotificationConfig",
+                       {"taskId": task_id, "id": kept, "url": "https://8.8.4.4/again"}, token=token).json()
+        assert replaced["result"]["url"] == "https://8.8.4.4/again"
