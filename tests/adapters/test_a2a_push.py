@@ -26,10 +26,11 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 from werkzeug.serving import make_server
 
+from adapters.a2a_push import MASK
 from adapters.app import create_app
 from tasks_backend.config import Settings
 from tasks_backend.embedded import free_port
-from tasks_backend.push import MAX_CONFIGS_PER_JOB
+from tasks_backend.push import MAX_CONFIGS_PER_JOB, PushStore
 from tasks_backend.runtime import build_runtime
 from tests.adapters.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
@@ -218,8 +219,9 @@ def test_a_send_retried_after_its_task_finished_still_pushes_the_final_state(pus
 
 # -- the limit, owners and secrets -------------------------------------------------------------------
 def new_task(http: httpx.Client, token: str) -> str:
+    """A task that never finishes by itself: queued, or waiting for input once a worker took it."""
     message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
-               "parts": [{"data": {"operation": "test.noop", "params": {}}}]}
+               "parts": [{"data": {"operation": "test.ask_pair", "params": {}}}]}
     reply = rpc(http, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}},
                 token=token)
     return str(reply.json()["result"]["task"]["id"])
@@ -269,3 +271,56 @@ def test_concurrent_creates_never_store_more_than_the_limit(laggy_url: str, user
         replaced = rpc(http, "CreateTaskPushNotificationConfig",
                        {"taskId": task_id, "id": kept, "url": "https://8.8.4.4/again"}, token=token).json()
         assert replaced["result"]["url"] == "https://8.8.4.4/again"
+
+
+def test_an_admin_reads_another_owners_configs_without_secrets_and_changes_none(http: httpx.Client, users: Any,
+                                                                                runtime: Any) -> None:
+    _, token = users.new()
+    task_id = new_task(http, token)
+    secret = {"taskId": task_id, "id": "hook", "url": "https://8.8.8.8/h", "token": "tok-secret-1",
+              "authentication": {"scheme": "Bearer", "credentials": "cred-secret-1"}}
+    assert "result" in rpc(http, "CreateTaskPushNotificationConfig", secret, token=token).json()
+    admin = "ops-token"  # `ops` is in TASKS_BACKEND_ADMINS
+
+    for method, params in (("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+                           ("ListTaskPushNotificationConfigs", {"taskId": task_id})):
+        reply = rpc(http, method, params, token=admin)
+        assert "result" in reply.json(), reply.text
+        assert "tok-secret-1" not in reply.text and "cred-secret-1" not in reply.text
+    listed = rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=admin).json()["result"]
+    assert listed["configs"][0]["token"] == MASK and listed["configs"][0]["url"] == "https://8.8.8.8/h"
+
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "taskId": task_id,
+               "parts": [{"data": {"inputResponses": {"name": {"name": "x"}}}}]}
+    writes = [
+        ("CreateTaskPushNotificationConfig", {"taskId": task_id, "id": "admins", "url": "https://8.8.4.4/a"}),
+        ("CreateTaskPushNotificationConfig", {**secret, "url": "https://8.8.4.4/replaced", "token": "admins"}),
+        ("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+        ("SendMessage", {"message": message, "configuration": {
+            "returnImmediately": True, "taskPushNotificationConfig": {"id": "sent", "url": "https://8.8.4.4/s"}}}),
+    ]
+    for method, params in writes:
+        assert error_code(rpc(http, method, params, token=admin)) == -32001, method
+    stored = PushStore(runtime.store).configs(task_id)
+    assert stored == [{"id": "hook", "taskId": task_id, "url": "https://8.8.8.8/h", "token": "tok-secret-1",
+                       "authentication": {"scheme": "Bearer", "credentials": "cred-secret-1"}}]
+
+
+def test_a_stored_secret_is_never_shown_back_to_its_owner_either(http: httpx.Client, users: Any) -> None:
+    _, token = users.new()
+    task_id = new_task(http, token)
+    config = {"taskId": task_id, "id": "hook", "url": "https://8.8.8.8/h", "token": "tok-secret-2",
+              "authentication": {"scheme": "Bearer", "credentials": "cred-secret-2"}}
+    masked = {**config, "token": MASK, "authentication": {"scheme": "Bearer", "credentials": MASK}}
+    replies = [rpc(http, "CreateTaskPushNotificationConfig", config, token=token),
+               rpc(http, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}, token=token),
+               rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=token)]
+    for reply in replies:
+        assert "tok-secret-2" not in reply.text and "cred-secret-2" not in reply.text
+    assert replies[0].json()["result"] == masked == replies[1].json()["result"]
+    assert replies[2].json()["result"]["configs"] == [masked]
+    # A config without secrets reads as it was given; the mask sent back as a secret is refused, not stored.
+    plain = {"taskId": task_id, "id": "plain", "url": "https://8.8.4.4/h"}
+    assert rpc(http, "CreateTaskPushNotificationConfig", plain, token=token).json()["result"] == plain
+    for echoed in ({**masked, "authentication": config["authentication"]}, {**masked, "token": "tok-secret-2"}):
+        assert error_code(rpc(http, "CreateTaskPushNotificationConfig", echoed, token=token)) == -32602
