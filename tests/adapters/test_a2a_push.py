@@ -37,6 +37,7 @@ from tests.conftest import make_settings, wait_until
 from tests.support.lag import LaggyRelay
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.test_push import Receiver
+from tests.tasks_backend.test_webhook import REFUSED, url_of
 
 
 @pytest.fixture(scope="module")
@@ -324,3 +325,23 @@ def test_a_stored_secret_is_never_shown_back_to_its_owner_either(http: httpx.Cli
     assert rpc(http, "CreateTaskPushNotificationConfig", plain, token=token).json()["result"] == plain
     for echoed in ({**masked, "authentication": config["authentication"]}, {**masked, "token": "tok-secret-2"}):
         assert error_code(rpc(http, "CreateTaskPushNotificationConfig", echoed, token=token)) == -32602
+
+
+@pytest.fixture(scope="module")
+def owned_task(http_module: httpx.Client) -> str:
+    return new_task(http_module, "alice-token")
+
+
+@pytest.fixture(scope="module")
+def http_module(live_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_url, timeout=30) as c:
+        yield c
+
+
+@pytest.mark.parametrize("address", REFUSED)
+def test_each_refused_address_is_refused_over_a2a(http_module: httpx.Client, owned_task: str, address: str) -> None:
+    """The app as deployed (private targets not allowed): each address, given as a literal, is -32602."""
+    params = {"taskId": owned_task, "id": "hook", "url": url_of(address), "token": "t"}
+    reply = rpc(http_module, "CreateTaskPushNotificationConfig", params)
+    assert error_code(reply) == -32602, address
+    assert "special-purpose" in reply.json()["error"]["message"]
