@@ -27,7 +27,7 @@ from tasks_backend.service import JobService
 
 from . import a2a_wire as wire
 from . import jsonrpc, sse
-from .a2a_push import CONTEXT_FIELD, FORMAT, Contexts, PushFormat, normalize_config
+from .a2a_push import CONTEXT_FIELD, FORMAT, Contexts, PushFormat, normalize_config, shown
 from .jsonrpc import RpcError
 from .protocol import Adapter
 
@@ -445,12 +445,21 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
 
 
 # -- push-notification configs -----------------------------------------------------------------
-def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def _owned(call: Call, params: dict[str, Any]) -> JobRecord:
+    """The task a push-config write names, if the caller owns it: an admin reads any task but changes
+    none of another owner's, so to a write that task is missing (as to a cancel)."""
     record = call.service.get(call.principal, _task_id(params, "taskId"))
+    if record.owner != call.principal.name:
+        raise JobNotFound()
+    return record
+
+
+def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+    record = _owned(call, params)
     config = normalize_config(params, record.id)
     resolve_target(config["url"], call.runtime.settings.push_allow_private)
-    return call.push.put(record, config, after=call.push.last_event_id(record.id), now_ms=record.updated_ms,
-                         format=FORMAT)
+    return shown(call.push.put(record, config, after=call.push.last_event_id(record.id),
+                               now_ms=record.updated_ms, format=FORMAT))
 
 
 def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
@@ -458,16 +467,16 @@ def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict
     config = call.push.get(record.id, _task_id(params))
     if config is None:
         raise JobNotFound("No such push notification config.")
-    return config
+    return shown(config)
 
 
 def list_push_configs(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = call.service.get(call.principal, _task_id(params, "taskId"))
-    return {"configs": call.push.configs(record.id), "nextPageToken": ""}
+    return {"configs": [shown(c) for c in call.push.configs(record.id)], "nextPageToken": ""}
 
 
 def delete_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = call.service.get(call.principal, _task_id(params, "taskId"))
+    record = _owned(call, params)
     if not call.push.delete(record.id, _task_id(params)):
         raise JobNotFound("No such push notification config.")
     return {}

@@ -24,6 +24,9 @@ FORMAT = "a2a"
 CONTEXT_FIELD = "a2a.contextId"
 MAX_URL_LENGTH = 2048
 MAX_SECRET_LENGTH = 4096
+#: What a stored secret (`token`, `authentication.credentials`) reads as, to its owner too: like a password
+#: field, the same whatever its length.
+MASK = "********"
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URL_CHARS = re.compile(r"[\x21-\x7e]+")
@@ -59,7 +62,7 @@ def normalize_config(config: Any, job_id: str) -> dict[str, Any]:
     if not _URL_CHARS.fullmatch(url):
         raise InvalidParams("The push notification `url` must be ASCII without spaces; percent-encode the rest.")
     out: dict[str, Any] = {"id": _config_text(config, "id", 256) or job_id, "taskId": job_id, "url": url}
-    token = _config_text(config, "token", header=True)
+    token = _unmasked(_config_text(config, "token", header=True), "token")
     if token is not None:
         out["token"] = token
     auth = config.get("authentication")
@@ -69,8 +72,27 @@ def normalize_config(config: Any, job_id: str) -> dict[str, Any]:
         scheme = _config_text(auth, "scheme", 64, header=True)
         if scheme is None or not scheme.replace("-", "").isalnum() or not scheme.isascii():
             raise InvalidParams("`authentication.scheme` must name an HTTP auth scheme, such as Bearer.")
-        out["authentication"] = {"scheme": scheme,
-                                 "credentials": _config_text(auth, "credentials", header=True) or ""}
+        credentials = _unmasked(_config_text(auth, "credentials", header=True), "authentication.credentials")
+        out["authentication"] = {"scheme": scheme, "credentials": credentials or ""}
+    return out
+
+
+def _unmasked(value: str | None, name: str) -> str | None:
+    # A config read back and sent again unchanged would store the mask as the secret and break the
+    # receiver's authentication without a word.
+    if value == MASK:
+        raise InvalidParams(f"`{name}` is the mask a stored secret reads as; send the secret itself.")
+    return value
+
+
+def shown(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored config as it is answered: every secret masked, to whoever asks (the owner included)."""
+    out = dict(config)
+    if out.get("token"):
+        out["token"] = MASK
+    auth = out.get("authentication")
+    if isinstance(auth, dict) and auth.get("credentials"):
+        out["authentication"] = {**auth, "credentials": MASK}
     return out
 
 

@@ -31,6 +31,22 @@ from .webhook import resolve_target as resolve_target
 #: Subscriptions one job may hold; each one is a webhook POST per event.
 MAX_CONFIGS_PER_JOB = 10
 
+# KEYS: configs, cursors. ARGV: config id, stored subscription, cursor, expiry (ms), limit.
+# The limit is checked in the write itself: a count read before a separate write lets concurrent puts
+# all see room and all store. Replacing an id already stored never counts against it. Returns 0 when
+# full (nothing written), else 1. Applied twice, the second run finds the id stored and writes the same
+# values again.
+_PUT = r"""
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+redis.call('PEXPIREAT', KEYS[2], ARGV[4])
+return 1
+"""
+
 
 class PushFormat(Protocol):
     """What an adapter's subscribers receive: the adapter that stores a subscription names its format."""
@@ -185,6 +201,7 @@ class PushStore:
         self.store = store
         self.redis = store.redis
         self.keys = store.keys
+        self._put = self.redis.register_script(_PUT)
         self._due = self.redis.register_script(_DUE)
         self._claim = self.redis.register_script(_CLAIM)
         self._release = self.redis.register_script(_RELEASE)
@@ -213,15 +230,10 @@ class PushStore:
             # A finished job's feed gets no more entries, so its last one is the final state's.
             done = record.terminal and event_key(after) >= event_key(self.last_event_id(record.id))
             cursor = Cursor(after=after, done=done, tag=uuid.uuid4().hex[:12])
-            existing = self.redis.hkeys(configs_key)
-            if config["id"] not in existing and len(existing) >= MAX_CONFIGS_PER_JOB:
+            stored_ok = self._put(keys=[configs_key, cursors_key], args=[
+                config["id"], stored, cursor.to_json(), record.expires_ms, MAX_CONFIGS_PER_JOB])
+            if not stored_ok:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.hset(configs_key, config["id"], stored)
-            pipe.hset(cursors_key, config["id"], cursor.to_json())
-            pipe.pexpireat(configs_key, record.expires_ms)
-            pipe.pexpireat(cursors_key, record.expires_ms)
-            pipe.execute()
             self._schedule(record.id, 0)
         return config
 

@@ -1,10 +1,10 @@
 """Webhooks: which targets are allowed, and one POST with a deadline.
 
-The guard refuses targets that resolve to loopback, link-local, private or otherwise non-global
-addresses (also when written as an IPv6 address that embeds or translates one) unless
-`push_allow_private` is set. It runs when a config is created (a clear error for the caller) and
-again on every delivery, where the connection is pinned to the address that was checked, so a DNS
-answer that changes in between cannot redirect a POST into the private network.
+The guard allows only targets that resolve to global unicast addresses outside IANA's special-purpose
+registries (`special_addresses`; an IPv6 form that only writes an IPv4 address is judged by that
+address) unless `push_allow_private` is set. It runs when a config is created (a clear error for the
+caller) and again on every delivery, where the connection is pinned to the address that was checked,
+so a DNS answer that changes in between cannot redirect a POST into the private network.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InvalidParams
+from .special_addresses import allowed_target
 
 #: Bytes of a receiver's answer that are read (and thrown away) before the connection is closed.
 MAX_ANSWER_BYTES = 64 * 1024
@@ -32,39 +33,8 @@ class TargetRefused(InvalidParams):
 
 
 # -- the guard ---------------------------------------------------------------------------------
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits are IPv4
-_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 IPv4-translated addresses
-_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible ::a.b.c.d (also :: and ::1)
-# RFC 8215 local-use translation prefix: each network chooses where in it the IPv4 address sits, so
-# the address cannot be read back; it is not globally reachable anyway.
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-
-
-def _reaches(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """The addresses a connection to `ip` may end up at: IPv4 ones it embeds or is translated to, and
-    itself unless it is only another way to write an IPv4 address (mapped, NAT64, IPv4-compatible)."""
-    if ip.ipv4_mapped is not None:
-        return [ip.ipv4_mapped]
-    if any(ip in net for net in (_NAT64, _SIIT, _COMPATIBLE)):
-        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
-    out: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
-    if ip.sixtofour is not None:
-        out.append(ip.sixtofour)
-    if ip.teredo is not None:
-        out.extend(ip.teredo)  # (server, client); the client address is already de-obfuscated
-    return out
-
-
 def _allowed(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    candidates: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [ip]
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip in _NAT64_LOCAL:
-            return False
-        candidates = _reaches(ip)
-    # `is_global` is false for loopback, link-local, private, shared (CGNAT), reserved and unspecified
-    # ranges; multicast is refused separately because some of it counts as global.
-    return all(c.is_global and not c.is_multicast for c in candidates)
+    return allowed_target(ipaddress.ip_address(address.split("%", 1)[0]))
 
 
 def resolve_target(url: str, allow_private: bool) -> tuple[str, str, int, str]:
@@ -84,8 +54,8 @@ def resolve_target(url: str, allow_private: bool) -> tuple[str, str, int, str]:
         raise TargetRefused("The push notification host does not resolve.") from exc
     addresses = [str(info[4][0]) for info in infos]
     if not allow_private and not all(_allowed(a) for a in addresses):
-        raise TargetRefused("The push notification URL points at a loopback, link-local or private "
-                            "address; the server is not configured to allow that.")
+        raise TargetRefused("The push notification URL points at a loopback, link-local, private or other "
+                            "special-purpose address; the server is not configured to allow that.")
     return parts.scheme, parts.hostname, port, addresses[0]
 
 

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,18 @@ from a2a.utils.errors import TaskNotFoundError
 from google.protobuf import json_format
 from werkzeug.serving import make_server
 
+from adapters.a2a_push import MASK
 from adapters.app import create_app
 from tasks_backend.config import Settings
 from tasks_backend.embedded import free_port
+from tasks_backend.push import MAX_CONFIGS_PER_JOB, PushStore
 from tasks_backend.runtime import build_runtime
 from tests.adapters.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
+from tests.support.lag import LaggyRelay
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.test_push import Receiver
+from tests.tasks_backend.test_webhook import REFUSED, url_of
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +216,132 @@ def test_a_send_retried_after_its_task_finished_still_pushes_the_final_state(pus
     again = send_message({"url": receiver.url, "token": "retried"})
     assert again["id"] == first["id"]
     wait_until(lambda: "TASK_STATE_COMPLETED" in receiver.states(), 15, message="the final notification")
+
+
+# -- the limit, owners and secrets -------------------------------------------------------------------
+def new_task(http: httpx.Client, token: str) -> str:
+    """A task that never finishes by itself: queued, or waiting for input once a worker took it."""
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER",
+               "parts": [{"data": {"operation": "test.ask_pair", "params": {}}}]}
+    reply = rpc(http, "SendMessage", {"message": message, "configuration": {"returnImmediately": True}},
+                token=token)
+    return str(reply.json()["result"]["task"]["id"])
+
+
+@pytest.fixture(scope="module")
+def laggy_url(redis_base: str, token_file: Path) -> Iterator[str]:
+    """The app over HTTP with its Redis 20 ms away: the round trips of one request are as far apart as in
+    production under load."""
+    if getattr(redis_base, "store_url", None):
+        pytest.skip("the relay stands in front of one Redis server, not a cluster")
+    host, port = redis_base.rsplit("//", 1)[1].rsplit(":", 1)
+    with LaggyRelay((host, int(port)), 0.02) as relay:
+        settings = make_settings(f"redis://127.0.0.1:{relay.port}", tokens_file=str(token_file))
+        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_port}"
+        finally:
+            server.shutdown()
+
+
+def test_concurrent_creates_never_store_more_than_the_limit(laggy_url: str, users: Any) -> None:
+    """60 creates of distinct configs on one task, all let go at once: the limit holds in the write itself."""
+    _, token = users.new()
+    with httpx.Client(base_url=laggy_url, timeout=60) as http:
+        task_id = new_task(http, token)
+    start = threading.Barrier(60)
+
+    def create(i: int) -> int | None:
+        with httpx.Client(base_url=laggy_url, timeout=60) as own:
+            start.wait()
+            reply = rpc(own, "CreateTaskPushNotificationConfig",
+                        {"taskId": task_id, "id": f"hook-{i}", "url": f"https://8.8.8.8/h{i}"}, token=token)
+        body = reply.json()
+        return None if "result" in body else int(body["error"]["code"])
+
+    with ThreadPoolExecutor(60) as pool:
+        outcomes = list(pool.map(create, range(60)))
+    with httpx.Client(base_url=laggy_url, timeout=60) as http:
+        listed = rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=token).json()["result"]
+        assert len(listed["configs"]) == MAX_CONFIGS_PER_JOB
+        assert outcomes.count(None) == MAX_CONFIGS_PER_JOB
+        assert set(outcomes) == {None, -32602}
+        # A full task still takes a replacement of a config it holds.
+        kept = listed["configs"][0]["id"]
+        replaced = rpc(http, "CreateTaskPushNotificationConfig",
+                       {"taskId": task_id, "id": kept, "url": "https://8.8.4.4/again"}, token=token).json()
+        assert replaced["result"]["url"] == "https://8.8.4.4/again"
+
+
+def test_an_admin_reads_another_owners_configs_without_secrets_and_changes_none(http: httpx.Client, users: Any,
+                                                                                runtime: Any) -> None:
+    _, token = users.new()
+    task_id = new_task(http, token)
+    secret = {"taskId": task_id, "id": "hook", "url": "https://8.8.8.8/h", "token": "tok-secret-1",
+              "authentication": {"scheme": "Bearer", "credentials": "cred-secret-1"}}
+    assert "result" in rpc(http, "CreateTaskPushNotificationConfig", secret, token=token).json()
+    admin = "ops-token"  # `ops` is in TASKS_BACKEND_ADMINS
+
+    for method, params in (("GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+                           ("ListTaskPushNotificationConfigs", {"taskId": task_id})):
+        reply = rpc(http, method, params, token=admin)
+        assert "result" in reply.json(), reply.text
+        assert "tok-secret-1" not in reply.text and "cred-secret-1" not in reply.text
+    listed = rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=admin).json()["result"]
+    assert listed["configs"][0]["token"] == MASK and listed["configs"][0]["url"] == "https://8.8.8.8/h"
+
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "taskId": task_id,
+               "parts": [{"data": {"inputResponses": {"name": {"name": "x"}}}}]}
+    writes = [
+        ("CreateTaskPushNotificationConfig", {"taskId": task_id, "id": "admins", "url": "https://8.8.4.4/a"}),
+        ("CreateTaskPushNotificationConfig", {**secret, "url": "https://8.8.4.4/replaced", "token": "admins"}),
+        ("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}),
+        ("SendMessage", {"message": message, "configuration": {
+            "returnImmediately": True, "taskPushNotificationConfig": {"id": "sent", "url": "https://8.8.4.4/s"}}}),
+    ]
+    for method, params in writes:
+        assert error_code(rpc(http, method, params, token=admin)) == -32001, method
+    stored = PushStore(runtime.store).configs(task_id)
+    assert stored == [{"id": "hook", "taskId": task_id, "url": "https://8.8.8.8/h", "token": "tok-secret-1",
+                       "authentication": {"scheme": "Bearer", "credentials": "cred-secret-1"}}]
+
+
+def test_a_stored_secret_is_never_shown_back_to_its_owner_either(http: httpx.Client, users: Any) -> None:
+    _, token = users.new()
+    task_id = new_task(http, token)
+    config = {"taskId": task_id, "id": "hook", "url": "https://8.8.8.8/h", "token": "tok-secret-2",
+              "authentication": {"scheme": "Bearer", "credentials": "cred-secret-2"}}
+    masked = {**config, "token": MASK, "authentication": {"scheme": "Bearer", "credentials": MASK}}
+    replies = [rpc(http, "CreateTaskPushNotificationConfig", config, token=token),
+               rpc(http, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "hook"}, token=token),
+               rpc(http, "ListTaskPushNotificationConfigs", {"taskId": task_id}, token=token)]
+    for reply in replies:
+        assert "tok-secret-2" not in reply.text and "cred-secret-2" not in reply.text
+    assert replies[0].json()["result"] == masked == replies[1].json()["result"]
+    assert replies[2].json()["result"]["configs"] == [masked]
+    # A config without secrets reads as it was given; the mask sent back as a secret is refused, not stored.
+    plain = {"taskId": task_id, "id": "plain", "url": "https://8.8.4.4/h"}
+    assert rpc(http, "CreateTaskPushNotificationConfig", plain, token=token).json()["result"] == plain
+    for echoed in ({**masked, "authentication": config["authentication"]}, {**masked, "token": "tok-secret-2"}):
+        assert error_code(rpc(http, "CreateTaskPushNotificationConfig", echoed, token=token)) == -32602
+
+
+@pytest.fixture(scope="module")
+def owned_task(http_module: httpx.Client) -> str:
+    return new_task(http_module, "alice-token")
+
+
+@pytest.fixture(scope="module")
+def http_module(live_url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_url, timeout=30) as c:
+        yield c
+
+
+@pytest.mark.parametrize("address", REFUSED)
+def test_each_refused_address_is_refused_over_a2a(http_module: httpx.Client, owned_task: str, address: str) -> None:
+    """The app as deployed (private targets not allowed): each address, given as a literal, is -32602."""
+    params = {"taskId": owned_task, "id": "hook", "url": url_of(address), "token": "t"}
+    reply = rpc(http_module, "CreateTaskPushNotificationConfig", params)
+    assert error_code(reply) == -32602, address
+    assert "special-purpose" in reply.json()["error"]["message"]

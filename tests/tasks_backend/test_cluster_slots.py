@@ -36,6 +36,7 @@ ALL_SCRIPTS: dict[str, str] = {
     "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
     "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA, "limits.charge": limits.CHARGE_LUA,
     "push.due": push._DUE, "push.claim": push._CLAIM, "push.release": push._RELEASE, "push.finish": push._FINISH,
+    "push.put": push._PUT,
 }
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}

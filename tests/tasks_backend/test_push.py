@@ -16,8 +16,9 @@ import pytest
 from adapters.a2a_push import Contexts, normalize_config
 from tasks_backend.auth import Principal
 from tasks_backend.config import Settings
+from tasks_backend.errors import InvalidParams
 from tasks_backend.job_meta import JobMeta
-from tasks_backend.push import PushStore
+from tasks_backend.push import MAX_CONFIGS_PER_JOB, Cursor, PushStore
 from tasks_backend.runtime import Runtime
 from tests.conftest import wait_until
 from workers.push import PushDeliverer, backoff_ms
@@ -86,6 +87,27 @@ def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
     assert r.pttl(keys.push_due()) > 0
     assert contexts.of([record.id]) == {record.id: "ctx"}
     assert push.delete(record.id, record.id) and not push.configs(record.id)
+
+
+def test_the_config_limit_is_kept_by_the_write_and_a_replayed_write_gives_the_same_outcome(runtime: Runtime) -> None:
+    """redis-py sends a script again when its reply is lost: the replay of a put that stored the tenth
+    config stores it again (it does not count itself), and the replay of a refused one is refused again."""
+    record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
+    push = PushStore(runtime.store)
+    keys = [runtime.store.keys.push_configs(record.id), runtime.store.keys.push_cursors(record.id)]
+
+    def put(config_id: str) -> int:
+        args = [config_id, json.dumps({"id": config_id}), Cursor(tag=config_id).to_json(), record.expires_ms,
+                MAX_CONFIGS_PER_JOB]
+        return int(push._put(keys=keys, args=args))
+
+    assert [put(f"c{i}") for i in range(MAX_CONFIGS_PER_JOB)] == [1] * MAX_CONFIGS_PER_JOB
+    last = f"c{MAX_CONFIGS_PER_JOB - 1}"
+    assert (put(last), put(last)) == (1, 1)
+    assert (put("one-too-many"), put("one-too-many")) == (0, 0)
+    assert sorted(c["id"] for c in push.configs(record.id)) == sorted(f"c{i}" for i in range(MAX_CONFIGS_PER_JOB))
+    with pytest.raises(InvalidParams):
+        push.put(record, normalize_config({"url": "https://8.8.8.8/h", "id": "another"}, record.id), after="0-0")
 
 
 def test_jobs_without_configs_never_reach_the_delivery_loop(runtime: Runtime) -> None:

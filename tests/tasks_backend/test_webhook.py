@@ -3,12 +3,16 @@ literal addresses resolve without DNS)."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapters.a2a_push import normalize_config
 from tasks_backend.errors import InvalidParams
+from tasks_backend.special_addresses import SPECIAL_PURPOSE
 from tasks_backend.webhook import TargetRefused, resolve_target
 
 
@@ -46,6 +50,45 @@ def test_guard_refuses_ipv6_forms_that_embed_or_translate_a_private_ipv4(url: st
 ])
 def test_guard_allows_global_ipv6_targets(url: str, address: str) -> None:
     assert resolve_target(url, allow_private=False)[3] == address
+
+
+def url_of(address: str) -> str:
+    return f"http://[{address}]/h" if ":" in address else f"http://{address}/h"
+
+
+#: Every entry of IANA's special-purpose registries, at both ends, and the addresses outside global unicast
+#: that Python 3.11's `is_global` lets through.
+REFUSED = [str(a) for b in SPECIAL_PURPOSE for a in (b.network[0], b.network[-1])] + [
+    "fec0::1", "feff:ffff::1", "5f00::1", "5f00:ffff::1", "3fff::1", "3fff:fff:ffff::1",
+    "4000::1", "1000::1", "::8.8.8.8", "::ffff:0:8.8.8.8", "ff0e::1", "224.0.0.1", "239.255.255.250",
+    "2001:0:808:808:0:0:f7f7:f7f7",  # Teredo, server and client 8.8.8.8
+    "64:ff9b::192.88.99.2", "2002:c000:0209::1", "::ffff:192.175.48.1",  # IPv4 forms of refused entries
+]
+
+
+@pytest.mark.parametrize("address", REFUSED)
+def test_guard_refuses_every_special_purpose_and_non_unicast_address(address: str) -> None:
+    with pytest.raises(TargetRefused):
+        resolve_target(url_of(address), allow_private=False)
+
+
+@pytest.mark.parametrize("address", [
+    "1.1.1.1", "8.8.8.8", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "192.0.1.255",
+    "192.0.3.0", "192.88.98.255", "198.17.255.255", "198.20.0.0", "223.255.254.1",
+    "2000::1", "2001:200::1", "2001:4860:4860::8888", "2606:4700::1111", "2620:4f:7fff::1", "2620:4f:8001::1",
+    "3ffe:ffff::1", "3fff:1000::1", "64:ff9b::1.1.1.1", "::ffff:1.1.1.1", "2002:101:101::1",
+])
+def test_guard_allows_global_unicast_beside_the_special_entries(address: str) -> None:
+    resolved = resolve_target(url_of(address), allow_private=False)[3]
+    assert ipaddress.ip_address(resolved) == ipaddress.ip_address(address)
+
+
+def test_the_table_lists_each_registry_entry_once_and_the_readme_shows_it() -> None:
+    networks = [b.network for b in SPECIAL_PURPOSE]
+    assert len(set(networks)) == len(networks)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| `([0-9a-f:./]+)` \|", readme, re.MULTILINE)
+    assert rows == [str(n) for n in networks]
 
 
 @pytest.mark.parametrize("url", ["ftp://example.com/h", "http:///h", "file:///etc/passwd", "http://u:p@8.8.8.8/",
