@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tasks_backend.auth import Authenticator, parse_static_tokens, parse_token_file, token_digest
+from tasks_backend.auth import Authenticator, Identity, parse_static_tokens, parse_token_file, token_digest
 from tasks_backend.config import Settings
 from tasks_backend.errors import Unauthenticated
 
@@ -71,3 +71,14 @@ def test_rs256_jwt_verified_with_the_public_key() -> None:
     forged = jwt.encode({"sub": "svc", "exp": int(time.time()) + 60}, "k" * 32, algorithm="HS256")
     with pytest.raises(Unauthenticated):
         auth.authenticate(bearer(forged))
+
+
+def test_what_a_token_names_and_what_keeps_it_valid() -> None:
+    """A web session ends with its credential: a token's digest, a JWT's expiry."""
+    auth = Authenticator(Settings(tokens="alice:a1", jwt_secret="s" * 32, admins=("alice",)))
+    assert auth.identify("a1") == Identity("alice", digest=token_digest("a1"))
+    exp = int(time.time()) + 60
+    assert auth.identify(jwt.encode({"sub": "svc", "exp": exp}, "s" * 32, algorithm="HS256")) == Identity(
+        "svc", expires=exp)
+    assert auth.identify("nope") is None and auth.token_names() == {token_digest("a1"): "alice"}
+    assert auth.principal("alice").admin is True and auth.principal("svc").admin is False
