@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tasks_backend.auth import Authenticator, Principal
+from tasks_backend.auth import JWT_PREFIX, Authenticator, Principal
 
 #: The session fields: the principal's name, the token's mark, the JWT's expiry.
 PRINCIPAL, TOKEN_MARK, JWT_EXPIRES = "p", "k", "j"
@@ -51,7 +51,7 @@ class SessionCredentials:
             if self._principal_of(mark) != name:
                 return None
         elif isinstance(expires, int | float) and not isinstance(expires, bool):
-            if not (self.authenticator.takes_jwts and time.time() < expires):
+            if not (self.authenticator.takes_jwts and name.startswith(JWT_PREFIX) and time.time() < expires):
                 return None
         else:
             return None

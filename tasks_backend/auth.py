@@ -2,6 +2,10 @@
 
 Secrets are compared in constant time against every configured digest (no early exit), and never
 logged. A token file is re-read when it changes, so `tasks-backend token add` needs no restart.
+
+Principals from JWTs have a namespace of their own: a JWT whose `sub` is `alice` is the principal
+`jwt:alice`. Static and file tokens cannot name a principal holding a `:`, so a subject never acts as
+one of theirs, and an admin right follows only from an entry written with the prefix.
 """
 
 from __future__ import annotations
@@ -17,6 +21,13 @@ import jwt
 
 from .config import Settings
 from .errors import Unauthenticated
+
+#: The name of a JWT's principal is its `sub` after this prefix.
+JWT_PREFIX = "jwt:"
+#: Seconds a JWT's `exp` and `nbf` are stretched by, for an issuer whose clock is a little off ours.
+JWT_LEEWAY_S = 30
+#: Longest `sub` taken (OpenID Connect's bound on a subject).
+MAX_SUBJECT_CHARS = 255
 
 
 @dataclass(frozen=True)
@@ -153,10 +164,12 @@ class Authenticator:
         try:
             claims: dict[str, Any] = jwt.decode(
                 token, self._jwt_key, algorithms=self._jwt_algorithms, audience=self.settings.jwt_audience,
-                issuer=self.settings.jwt_issuer, options={"require": ["sub", "exp"]})
+                issuer=self.settings.jwt_issuer, leeway=JWT_LEEWAY_S, options={"require": ["sub", "exp"]})
         except jwt.PyJWTError:
             return None
         sub = claims["sub"]
-        if not isinstance(sub, str) or not sub:
+        # A name every key, log line and page can carry: a lone surrogate cannot be encoded, a control character
+        # would forge log lines.
+        if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT_CHARS or not sub.isprintable():
             return None
-        return Identity(sub, expires=float(claims["exp"]))
+        return Identity(JWT_PREFIX + sub, expires=float(claims["exp"]))
