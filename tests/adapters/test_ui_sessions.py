@@ -104,3 +104,14 @@ def test_a_page_session_ends_at_its_jwts_expiry_whatever_its_subject(redis_base:
         # A JWT that has already expired opens no session, though the API's leeway still takes it for a moment.
         stale = jwt.encode({"sub": "alice", "exp": int(time.time()) - 5}, SECRET, algorithm="HS256")
         assert sign_in(page, stale).status_code == 401
+
+
+def test_a_jwt_session_ends_where_jwts_are_no_longer_taken(redis_base: str, serve: Serve) -> None:
+    """One session secret, a server that takes JWTs and one restarted without them: the session ends on the latter."""
+    settings = make_settings(redis_base, ui_secret=secrets.token_urlsafe(32), jwt_secret=SECRET)
+    takes, no_longer = serve(settings), serve(settings.with_(jwt_secret=None))
+    long = jwt.encode({"sub": "svc", "exp": int(time.time()) + 3600}, SECRET, algorithm="HS256")
+    with httpx.Client(base_url=takes, timeout=10) as page:
+        assert sign_in(page, long).status_code == 303 and page.get("/ui/jobs").status_code == 200
+        with httpx.Client(base_url=no_longer, timeout=10, cookies=page.cookies) as same_session:
+            assert signed_out(same_session.get("/ui/jobs"))
