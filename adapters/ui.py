@@ -2,8 +2,9 @@
 
 Server-rendered (Jinja), a little plain JavaScript for live progress, no build step. The same service,
 principals and error mapping as every other protocol: the page signs a person in with a bearer token
-checked by the app's authenticator, then keeps only the principal in a signed session cookie (HttpOnly,
-SameSite=Strict, never the token). Every POST carries the session's CSRF token.
+checked by the app's authenticator, then keeps the principal and a mark of that credential in a signed
+session cookie (HttpOnly, SameSite=Strict, never the token; see `ui_sessions`): the session ends with the
+credential, and its rights are read at each request. Every POST carries the session's CSRF token.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import jwt
 from flask import Blueprint, Flask, Response, current_app, g, redirect, render_template, request, url_for
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.exceptions import Forbidden, HTTPException
 
-from tasks_backend.auth import Authenticator, Principal
 from tasks_backend.domain import JobRecord, JobState, rfc3339
 from tasks_backend.errors import InvalidParams, Unauthenticated
 from tasks_backend.runtime import Runtime
@@ -32,6 +30,7 @@ from .entrance import CLIENT_ADDRESS
 from .http_jobs import event_stream
 from .problems import error_parts
 from .protocol import Adapter
+from .ui_sessions import SessionCredentials
 
 PREFIX = "/ui"
 COOKIE = "tb_ui_session"
@@ -57,7 +56,7 @@ ADAPTER = Adapter("ui", bp, session_paths=owns)
 
 @dataclass
 class _Ui:
-    authenticator: Authenticator
+    credentials: SessionCredentials
     sessions: URLSafeTimedSerializer
 
 
@@ -68,7 +67,7 @@ def _setup(state: Any) -> None:
     # Without a configured secret each process makes its own: sessions end when the server restarts
     # (`tasks-backend web` hands one secret to all of its gunicorn workers).
     secret = runtime.settings.ui_secret or secrets.token_urlsafe(32)
-    app.extensions["tasks_backend_ui"] = _Ui(runtime.authenticator(),
+    app.extensions["tasks_backend_ui"] = _Ui(SessionCredentials(runtime.authenticator(), secret),
                                              URLSafeTimedSerializer(secret, salt="tasks-backend.ui.session"))
 
 
@@ -96,25 +95,17 @@ def _session() -> Response | None:
     if request.method == "POST" and not hmac.compare_digest(
             str(request.form.get("csrf", "")).encode(), session["c"].encode()):
         raise Forbidden("The form has expired or did not come from this page; reload it and try again.")
-    if isinstance(session.get("p"), str) and not _still_valid(session):
+    principal = _ui().credentials.principal(session) if "p" in session else None
+    if "p" in session and principal is None:  # what opened the session is gone: signed out
         g.ui_session, g.ui_session_changed = {"c": session["c"]}, True
-        session = g.ui_session
     if request.endpoint in _PUBLIC_ENDPOINTS:
         return None
-    if not isinstance(session.get("p"), str):
+    if principal is None:
         if request.method == "GET" and request.endpoint != "ui.events":
             return redirect(url_for("ui.signin", next=request.full_path.rstrip("?")), 303)  # type: ignore[return-value]
         raise Unauthenticated()
-    g.principal = Principal(session["p"], admin=bool(session.get("a")))
+    g.principal = principal
     return None
-
-
-def _still_valid(session: dict[str, Any]) -> bool:
-    """A session lasts no longer than what opened it: a JWT's expiry, a static or file token's presence."""
-    expires = session.get("e")
-    if isinstance(expires, int | float):
-        return time.time() < expires
-    return _ui().authenticator.holds_token(session["p"])
 
 
 @bp.after_request
@@ -167,14 +158,15 @@ def signin() -> Response | tuple[str, int]:
     # The gate the entrance uses for bearer headers: a guessed token counts against this address as anywhere else.
     gate = current_app.extensions["tasks_backend_entrance"].gate
     try:
-        principal = gate.authenticate(f"Bearer {token}", request.environ[CLIENT_ADDRESS])
+        gate.authenticate(f"Bearer {token}", request.environ[CLIENT_ADDRESS])
+        opened = _ui().credentials.opened_with(token)  # None for a JWT past its expiry (the API's leeway aside)
     except Unauthenticated:
+        opened = None
+    if opened is None:
         return render_template("ui/signin.html", next=request.form.get("next", ""),
                                error="That token was not accepted."), 401
     # A fresh CSRF token with the new session, so one seen before signing in is worth nothing after.
-    g.ui_session = {"p": principal.name, "a": principal.admin, "c": secrets.token_urlsafe(24)}
-    if not _ui().authenticator.holds_token(principal.name):  # signed in with a JWT: no longer than it lasts
-        g.ui_session["e"] = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    g.ui_session = {**opened, "c": secrets.token_urlsafe(24)}
     g.ui_session_changed = True
     return redirect(_safe_next(request.form.get("next")), 303)  # type: ignore[return-value]
 

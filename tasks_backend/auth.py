@@ -2,6 +2,10 @@
 
 Secrets are compared in constant time against every configured digest (no early exit), and never
 logged. A token file is re-read when it changes, so `tasks-backend token add` needs no restart.
+
+Principals from JWTs have a namespace of their own: a JWT whose `sub` is `alice` is the principal
+`jwt:alice`. Static and file tokens cannot name a principal holding a `:`, so a subject never acts as
+one of theirs, and an admin right follows only from an entry written with the prefix.
 """
 
 from __future__ import annotations
@@ -9,18 +13,38 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import jwt
 
 from .config import Settings
 from .errors import Unauthenticated
 
+#: The name of a JWT's principal is its `sub` after this prefix.
+JWT_PREFIX = "jwt:"
+#: Seconds a JWT's `exp` and `nbf` are stretched by, for an issuer whose clock is a little off ours.
+JWT_LEEWAY_S = 30
+#: Longest `sub` taken (OpenID Connect's bound on a subject).
+MAX_SUBJECT_CHARS = 255
+
 
 @dataclass(frozen=True)
 class Principal:
     name: str
     admin: bool = False
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whom a bearer token names, and what it stays valid by (a web session opened with it ends with it)."""
+
+    name: str
+    #: A static or file token's SHA-256 digest (valid while the tokens hold it); None for a JWT.
+    digest: str | None = None
+    #: A JWT's `exp` (Unix seconds); None for a static or file token.
+    expires: float | None = None
 
 
 def token_digest(token: str) -> str:
@@ -58,7 +82,7 @@ class Authenticator:
         self._file_entries: list[tuple[str, str]] = []
         self._file_stamp: tuple[float, int] | None = None
         self._index: dict[str, tuple[str, str]] = {}
-        self._names: frozenset[str] = frozenset()
+        self._names: dict[str, str] = {}
         self._indexed_from: list[tuple[str, str]] | None = None
         self._jwt_key = settings.jwt_public_key or settings.jwt_secret
         self._jwt_algorithms = ["RS256"] if settings.jwt_public_key else ["HS256"]
@@ -84,17 +108,31 @@ class Authenticator:
             self._file_stamp = stamp
         return self._file_entries
 
+    @property
+    def takes_jwts(self) -> bool:
+        return bool(self._jwt_key)
+
     def authenticate(self, authorization: str | None) -> Principal:
         scheme, _, token = (authorization or "").partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token or len(token) > 8192:
+        identity = self.identify(token.strip()) if scheme.lower() == "bearer" else None
+        if identity is None:
             raise Unauthenticated()
-        name = self._match_digest(token)
-        if name is None and self._jwt_key and token.count(".") == 2:
-            name = self._match_jwt(token)
-        if name is None:
-            raise Unauthenticated()
+        return self.principal(identity.name)
+
+    def principal(self, name: str) -> Principal:
+        """The principal `name` with the rights the settings give it now."""
         return Principal(name=name, admin=name in self.settings.admins)
+
+    def identify(self, token: str) -> Identity | None:
+        """Whom a bearer token (without its scheme) names; None if no one."""
+        if not token or len(token) > 8192:
+            return None
+        name = self._match_digest(token)
+        if name is not None:
+            return Identity(name, digest=token_digest(token))
+        if self._jwt_key and token.count(".") == 2:
+            return self._match_jwt(token)
+        return None
 
     def _match_digest(self, token: str) -> str | None:
         # Looked up by the token's SHA-256: a lookup's timing can only tell about a digest, and a
@@ -112,21 +150,26 @@ class Authenticator:
             index = {d: (p, d) for p, d in self._static}
             index.update({d: (p, d) for p, d in entries})
             self._index, self._indexed_from = index, entries
-            self._names = frozenset(p for p, _ in index.values())
+            self._names = {d: p for d, (p, _) in index.items()}
         return self._index
 
-    def holds_token(self, name: str) -> bool:
-        """Whether a static or file token still names `name`: a web session opened with a token ends with it."""
+    def token_names(self) -> Mapping[str, str]:
+        """digest -> principal of the static and file tokens as they stand (the file re-read if it changed);
+        a new mapping whenever they change, the same one otherwise."""
         self._by_digest()
-        return name in self._names
+        return self._names
 
-    def _match_jwt(self, token: str) -> str | None:
+    def _match_jwt(self, token: str) -> Identity | None:
         assert self._jwt_key is not None
         try:
-            claims = jwt.decode(token, self._jwt_key, algorithms=self._jwt_algorithms,
-                                audience=self.settings.jwt_audience, issuer=self.settings.jwt_issuer,
-                                options={"require": ["sub", "exp"]})
+            claims: dict[str, Any] = jwt.decode(
+                token, self._jwt_key, algorithms=self._jwt_algorithms, audience=self.settings.jwt_audience,
+                issuer=self.settings.jwt_issuer, leeway=JWT_LEEWAY_S, options={"require": ["sub", "exp"]})
         except jwt.PyJWTError:
             return None
-        sub = claims.get("sub")
-        return sub if isinstance(sub, str) and sub else None
+        sub = claims["sub"]
+        # A name every key, log line and page can carry: a lone surrogate cannot be encoded, a control character
+        # would forge log lines.
+        if not isinstance(sub, str) or not 0 < len(sub) <= MAX_SUBJECT_CHARS or not sub.isprintable():
+            return None
+        return Identity(JWT_PREFIX + sub, expires=float(claims["exp"]))

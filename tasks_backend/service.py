@@ -191,6 +191,9 @@ class JobService:
             if other_hash != request_hash:
                 raise IdempotencyConflict()
             record_or_none = self.store.get(other_id)
+            if record_or_none is not None and record_or_none.owner != owner:
+                # Keyed by a digest of the owner's name, as the owner index is: the job is checked, not the key.
+                raise IdempotencyConflict()
             if record_or_none is not None:
                 return record_or_none, SubmitOutcome.EXISTING
             # The job behind the key expired a moment ago: free the key and submit afresh.
@@ -321,11 +324,14 @@ class JobService:
     def _live(self, owner: str, page: Sequence[tuple[str, float]],
               where: Selector | None) -> Sequence[tuple[float, JobRecord]]:
         """(index score, record) behind a page of the owner index, in its order, that `where` keeps;
-        entries of expired jobs are dropped from the index on the way."""
+        entries of expired jobs are dropped from the index on the way.
+
+        The index is keyed by a digest of the owner's name: each record's own owner is checked, and
+        another's job is passed over (and left in the index, which may be that owner's too)."""
         records = self.store.get_many([job_id for job_id, _ in page])
         self.store.forget_for_owner(owner, [job_id for (job_id, _), r in zip(page, records, strict=True)
                                             if r is None])
-        live = [r for r in records if r is not None]
+        live = [r for r in records if r is not None and r.owner == owner]
         if where is not None and live:
             live = where(live)
         scores: dict[str, float] = dict(page)

@@ -10,7 +10,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tasks_backend.auth import Authenticator, parse_static_tokens, parse_token_file, token_digest
+from tasks_backend.auth import (
+    JWT_LEEWAY_S,
+    Authenticator,
+    Identity,
+    parse_static_tokens,
+    parse_token_file,
+    token_digest,
+)
 from tasks_backend.config import Settings
 from tasks_backend.errors import Unauthenticated
 
@@ -48,9 +55,9 @@ def test_hs256_jwt_with_audience_and_issuer() -> None:
     settings = Settings(jwt_secret="s" * 32, jwt_audience="tasks", jwt_issuer="https://idp.example")
     auth = Authenticator(settings)
     claims = {"sub": "agent-7", "aud": "tasks", "iss": "https://idp.example", "exp": int(time.time()) + 60}
-    assert auth.authenticate(bearer(jwt.encode(claims, "s" * 32, algorithm="HS256"))).name == "agent-7"
-    for bad in ({**claims, "exp": int(time.time()) - 10}, {**claims, "aud": "other"}, {**claims, "iss": "x"},
-                {k: v for k, v in claims.items() if k != "exp"}, {**claims, "sub": ""}):
+    assert auth.authenticate(bearer(jwt.encode(claims, "s" * 32, algorithm="HS256"))).name == "jwt:agent-7"
+    for bad in ({**claims, "exp": int(time.time()) - JWT_LEEWAY_S - 10}, {**claims, "aud": "other"},
+                {**claims, "iss": "x"}, {k: v for k, v in claims.items() if k != "exp"}, {**claims, "sub": ""}):
         with pytest.raises(Unauthenticated):
             auth.authenticate(bearer(jwt.encode(bad, "s" * 32, algorithm="HS256")))
     with pytest.raises(Unauthenticated):
@@ -66,8 +73,19 @@ def test_rs256_jwt_verified_with_the_public_key() -> None:
                                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     auth = Authenticator(Settings(jwt_public_key=public))
     token = jwt.encode({"sub": "svc", "exp": int(time.time()) + 60}, key, algorithm="RS256")
-    assert auth.authenticate(bearer(token)).name == "svc"
+    assert auth.authenticate(bearer(token)).name == "jwt:svc"
     # a token signed with a shared secret is refused where only RS256 is configured
     forged = jwt.encode({"sub": "svc", "exp": int(time.time()) + 60}, "k" * 32, algorithm="HS256")
     with pytest.raises(Unauthenticated):
         auth.authenticate(bearer(forged))
+
+
+def test_what_a_token_names_and_what_keeps_it_valid() -> None:
+    """A web session ends with its credential: a token's digest, a JWT's expiry; JWT principals are `jwt:<sub>`."""
+    auth = Authenticator(Settings(tokens="alice:a1", jwt_secret="s" * 32, admins=("alice", "jwt:auditor")))
+    assert auth.identify("a1") == Identity("alice", digest=token_digest("a1"))
+    exp = int(time.time()) + 60
+    assert auth.identify(jwt.encode({"sub": "alice", "exp": exp}, "s" * 32, algorithm="HS256")) == Identity(
+        "jwt:alice", expires=exp)
+    assert auth.identify("nope") is None and auth.token_names() == {token_digest("a1"): "alice"}
+    assert auth.principal("jwt:alice").admin is False and auth.principal("jwt:auditor").admin is True
