@@ -8,7 +8,9 @@ In this order, each in this one place:
    rebinding); requests without it (non-browser clients) pass;
 3. the declared body size (`Content-Length` over the limit: 413 before a byte is read);
 4. authentication (except the public paths and CORS preflights), then every registered `Check`
-   (the limits): a check sees the principal, or the authentication failure, and may refuse;
+   (the limits): a check sees the principal, or the authentication failure, and may refuse. The web
+   page's caller is known by its session cookie (its adapter says who that is) and meets the same
+   limits as a bearer token;
 5. a chunked body is read here up to the limit (413 beyond it) and handed on with its length;
 6. the hot calls (`fast_path`) are answered at once; everything else goes to Flask, which reads the
    principal found here (`PRINCIPAL`) and never authenticates again.
@@ -115,12 +117,13 @@ def origin_of(url: str) -> str:
 
 class Entrance:
     def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator,
-                 checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False) -> None:
+                 checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False,
+                 sessions: Callable[[dict[str, Any]], Principal | None] = lambda _: None) -> None:
         self.app, self.authenticator = app, authenticator
         # Authentication and the per-request limits (rate per principal, failed authentication per address).
         self.gate = runtime.gate(authenticator)
-        # Paths whose caller is known by a session cookie, checked behind the door (the web page).
-        self.session_paths = session_paths
+        # Paths whose caller is known by a session cookie (the web page), and who a session names.
+        self.session_paths, self.sessions = session_paths, sessions
         self.checks: list[Check] = list(checks)
         self.public_paths = protocol.public_paths()
         self.rpc_codes = protocol.rpc_codes()
@@ -173,7 +176,13 @@ class Entrance:
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         principal: Principal | None = None
         failure: Unauthenticated | None = None
-        if path not in self.public_paths and method != "OPTIONS" and not self.session_paths(path):
+        private = path not in self.public_paths and method != "OPTIONS"
+        if private and self.session_paths(path):
+            # None: nobody signed in, and the page sends them to sign in (a token tried there meets the gate).
+            principal = self.sessions(environ)
+            if principal is not None:
+                self.gate.admit(principal, address)
+        elif private:
             try:
                 principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), address)
             except Unauthenticated as exc:

@@ -19,6 +19,7 @@ import jwt
 from flask import Blueprint, Flask, Response, current_app, g, redirect, render_template, request, url_for
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.exceptions import Forbidden, HTTPException
+from werkzeug.http import parse_cookie
 
 from tasks_backend.auth import Authenticator, Principal
 from tasks_backend.domain import JobRecord, JobState, rfc3339
@@ -28,7 +29,7 @@ from tasks_backend.service import JobService
 from tasks_backend.states import STATES_FOR_STATUS, WIRE_STATUS
 
 from . import ui_forms
-from .entrance import CLIENT_ADDRESS
+from .entrance import CLIENT_ADDRESS, PRINCIPAL
 from .http_jobs import event_stream
 from .problems import error_parts
 from .protocol import Adapter
@@ -52,7 +53,17 @@ def owns(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-ADAPTER = Adapter("ui", bp, session_paths=owns)
+def signed_in(app: Flask, environ: dict[str, Any]) -> Principal | None:
+    """Who a request's session cookie names while the session lasts (None: nobody): the entrance holds them to
+    the limits a bearer token meets, and the page acts as them."""
+    with app.app_context():
+        session = _load(parse_cookie(environ).get(COOKIE, ""))
+        if session is None or not isinstance(session.get("p"), str) or not _still_valid(session):
+            return None
+        return Principal(session["p"], admin=bool(session.get("a")))
+
+
+ADAPTER = Adapter("ui", bp, session_paths=owns, session_principal=signed_in)
 
 
 @dataclass
@@ -83,29 +94,37 @@ def _service() -> JobService:
 
 
 # -- session, CSRF, headers ------------------------------------------------------
+def _load(cookie: str) -> dict[str, Any] | None:
+    """The session a cookie holds, if this server signed it and it has not outlived SESSION_MAX_AGE_S."""
+    try:
+        session = _ui().sessions.loads(cookie, max_age=SESSION_MAX_AGE_S)
+    except BadSignature:
+        return None
+    return session if isinstance(session, dict) and isinstance(session.get("c"), str) else None
+
+
 @bp.before_request
 def _session() -> Response | None:
-    try:
-        session = _ui().sessions.loads(request.cookies.get(COOKIE, ""), max_age=SESSION_MAX_AGE_S)
-    except BadSignature:
-        session = None
-    if not isinstance(session, dict) or not isinstance(session.get("c"), str):
+    session = _load(request.cookies.get(COOKIE, ""))
+    if session is None:
         session = {"c": secrets.token_urlsafe(24)}  # anonymous, but with a CSRF token for the sign-in form
         g.ui_session_changed = True
     g.ui_session = session
     if request.method == "POST" and not hmac.compare_digest(
             str(request.form.get("csrf", "")).encode(), session["c"].encode()):
         raise Forbidden("The form has expired or did not come from this page; reload it and try again.")
-    if isinstance(session.get("p"), str) and not _still_valid(session):
+    # Who the session names, as the entrance found it (`signed_in`) and admitted under the limits.
+    principal = request.environ.get(PRINCIPAL)
+    if isinstance(session.get("p"), str) and principal is None:  # the session has ended
         g.ui_session, g.ui_session_changed = {"c": session["c"]}, True
         session = g.ui_session
     if request.endpoint in _PUBLIC_ENDPOINTS:
         return None
-    if not isinstance(session.get("p"), str):
+    if principal is None:
         if request.method == "GET" and request.endpoint != "ui.events":
             return redirect(url_for("ui.signin", next=request.full_path.rstrip("?")), 303)  # type: ignore[return-value]
         raise Unauthenticated()
-    g.principal = Principal(session["p"], admin=bool(session.get("a")))
+    g.principal = principal
     return None
 
 
