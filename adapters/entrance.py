@@ -165,7 +165,7 @@ class Entrance:
         # First, so that a refused request too is logged with it (the access log's client).
         address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
         origin = environ.get("HTTP_ORIGIN")
-        if origin is not None and origin_of(origin) not in self.origins and not loopback_origin(origin):
+        if origin is not None and not self._origin_allowed(origin):
             raise OriginNotAllowed()
         declared = environ.get("CONTENT_LENGTH")
         if declared:
@@ -197,6 +197,12 @@ class Entrance:
         if not declared and "chunked" in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower():
             self._read_chunked(environ)
         return principal
+
+    def _origin_allowed(self, origin: str) -> bool:
+        try:
+            return origin_of(origin) in self.origins or loopback_origin(origin)
+        except ValueError:  # not a URL at all (`http://[`): no page of an allowed origin sends that
+            return False
 
     def _read_chunked(self, environ: dict[str, Any]) -> None:
         """A body of unknown length, read here up to the limit, so nothing behind sees a cut one."""

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+import httpx
 import pytest
 from flask import Flask
 from werkzeug.test import EnvironBuilder, run_wsgi_app
@@ -94,6 +95,29 @@ def test_an_allowed_origin_and_no_origin_pass(flask_app: Flask, runtime: Runtime
         allowed_origins=("https://app.example.com",))))
     assert call(allowed, "GET", f"/v1/jobs/{JOB}", {**ALICE, "Origin": "https://APP.example.com"})[0] == 404
     assert call(allowed, "GET", f"/v1/jobs/{JOB}", {**ALICE, "Origin": EVIL})[0] == 403
+
+
+@pytest.mark.parametrize("origin", ["http://[", "http://[::1", "https://a]b.example"])
+def test_an_origin_that_is_no_url_is_refused_on_every_route_without_a_traceback(
+        flask_app: Flask, live_url: str, origin: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Over real HTTP, without a token: a 403 in each route's protocol, as for any origin not allowed, and nothing
+    logged above a warning (no traceback)."""
+    caplog.set_level(logging.INFO)
+    routes = [*every_route(flask_app), ("OPTIONS", "/v1/jobs")]
+    with httpx.Client(base_url=live_url, timeout=10) as http:
+        for method, path in routes:
+            body = b'{"jsonrpc":"2.0","id":1,"method":"x"}' if method == "POST" else None
+            answer = http.request(method, path, headers={"Origin": origin}, content=body)
+            assert answer.status_code == 403, (method, path, answer.status_code, answer.text[:300])
+            if family(path) == "http":
+                assert answer.headers["Content-Type"] == "application/problem+json", (method, path)
+                assert answer.json()["type"].endswith("/origin-not-allowed"), (method, path)
+            else:
+                assert answer.json()["error"] and answer.json()["id"] is None, (method, path)
+    loud = [r for r in caplog.records if r.levelno > logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) <= len(routes), [r.getMessage() for r in warnings]  # one line a request at most
 
 
 def test_an_oversized_body_is_refused_alike_on_every_route(flask_app: Flask, runtime: Runtime) -> None:
