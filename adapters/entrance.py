@@ -92,6 +92,20 @@ def client_address(environ: dict[str, Any], trusted_proxies: int) -> str:
     return hops[-trusted_proxies] if len(hops) >= trusted_proxies else peer
 
 
+def forwarded_scheme(environ: dict[str, Any], trusted_proxies: int) -> str | None:
+    """The scheme the client used, behind `trusted_proxies` reverse proxies (the same ones `client_address`
+    believes): X-Forwarded-Proto's entry written by the outermost of them, or its first when the proxies set
+    the header rather than appending to it. None: not behind trusted proxies, or nothing (sane) forwarded."""
+    if trusted_proxies <= 0:
+        return None
+    hops = [hop.strip().lower() for hop in str(environ.get("HTTP_X_FORWARDED_PROTO") or "").split(",")]
+    hops = [hop for hop in hops if hop]
+    if not hops:
+        return None
+    scheme = hops[-trusted_proxies] if len(hops) >= trusted_proxies else hops[0]
+    return scheme if scheme in ("http", "https") else None
+
+
 #: A check at the door: returns to let the request in, raises a `TasksBackendError` to refuse it.
 Check = Callable[[Admission], None]
 
@@ -164,6 +178,10 @@ class Entrance:
         """The caller, once every rule let the request in; raises the refusal otherwise."""
         # First, so that a refused request too is logged with it (the access log's client).
         address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
+        # The scheme by the same rule as the address: gunicorn is told to believe no one's (gunicorn_conf).
+        scheme = forwarded_scheme(environ, self.trusted_proxies)
+        if scheme is not None:
+            environ["wsgi.url_scheme"] = scheme
         origin = environ.get("HTTP_ORIGIN")
         if origin is not None and not self._origin_allowed(origin):
             raise OriginNotAllowed()

@@ -142,8 +142,12 @@ def _headers(response: Response) -> Response:
         if g.ui_session is None:
             response.delete_cookie(COOKIE, path=PREFIX)
         else:
+            # Secure whenever people reach the page over https: by the public URL, or by the scheme the
+            # request came in with (behind TASKS_BACKEND_TRUSTED_PROXIES, the one they forwarded).
+            runtime: Runtime = current_app.extensions["tasks_backend"]
+            secure = request.is_secure or runtime.settings.public_url.lower().startswith("https:")
             response.set_cookie(COOKIE, _ui().sessions.dumps(g.ui_session), max_age=SESSION_MAX_AGE_S,
-                                path=PREFIX, httponly=True, samesite="Strict", secure=request.is_secure)
+                                path=PREFIX, httponly=True, samesite="Strict", secure=secure)
     response.headers.setdefault("Cache-Control", "no-store")
     response.headers["Content-Security-Policy"] = (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "

@@ -15,7 +15,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from adapters import fast_path, ui
 from adapters.app import create_app
-from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address
+from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address, forwarded_scheme
 from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.logs import JsonFormatter
 from tasks_backend.runtime import Runtime
@@ -166,6 +166,23 @@ def test_a_check_sees_a_failed_authentication_first(runtime: Runtime) -> None:
 def test_the_client_address_believes_only_trusted_proxies(forwarded: str | None, trusted: int, expected: str) -> None:
     environ = {"REMOTE_ADDR": "192.0.2.1", **({"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {})}
     assert client_address(environ, trusted) == expected
+
+
+@pytest.mark.parametrize(("proto", "trusted", "expected"), [
+    (None, 1, None),
+    ("https", 0, None),  # not read unless proxies are trusted, whoever the peer is
+    ("https", 1, "https"),
+    ("HTTP", 1, "http"),
+    ("http, https", 1, "https"),  # appended: the outermost proxy's entry, not the client's
+    ("https, http", 2, "https"),
+    ("https", 2, "https"),  # set, not appended, by the proxies: its one entry
+    ("gopher", 1, None),
+    (" , ", 1, None),
+])
+def test_the_scheme_believes_the_same_proxies_as_the_address(proto: str | None, trusted: int,
+                                                             expected: str | None) -> None:
+    environ = {"REMOTE_ADDR": "192.0.2.1", **({"HTTP_X_FORWARDED_PROTO": proto} if proto is not None else {})}
+    assert forwarded_scheme(environ, trusted) == expected
 
 
 def test_every_answer_carries_a_request_id_and_every_log_line_too(runtime: Runtime) -> None:
