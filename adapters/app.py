@@ -51,7 +51,7 @@ def create_app(settings: Settings | None = None, runtime: Runtime | None = None,
             adapter.install(app, runtime)
         app.register_blueprint(adapter.blueprint)
     entrance = Entrance(app.wsgi_app, runtime, runtime.authenticator(), checks,
-                        session_paths=session_paths)
+                        session_paths=session_paths, sessions=protocol.sessions(app))
     app.wsgi_app = entrance  # type: ignore[method-assign]
     app.extensions["tasks_backend_entrance"] = entrance
     return app

@@ -8,7 +8,9 @@ In this order, each in this one place:
    rebinding); requests without it (non-browser clients) pass;
 3. the declared body size (`Content-Length` over the limit: 413 before a byte is read);
 4. authentication (except the public paths and CORS preflights), then every registered `Check`
-   (the limits): a check sees the principal, or the authentication failure, and may refuse;
+   (the limits): a check sees the principal, or the authentication failure, and may refuse. The web
+   page's caller is known by its session cookie (its adapter says who that is) and meets the same
+   limits as a bearer token;
 5. a chunked body is read here up to the limit (413 beyond it) and handed on with its length;
 6. the hot calls (`fast_path`) are answered at once; everything else goes to Flask, which reads the
    principal found here (`PRINCIPAL`) and never authenticates again.
@@ -90,6 +92,20 @@ def client_address(environ: dict[str, Any], trusted_proxies: int) -> str:
     return hops[-trusted_proxies] if len(hops) >= trusted_proxies else peer
 
 
+def forwarded_scheme(environ: dict[str, Any], trusted_proxies: int) -> str | None:
+    """The scheme the client used, behind `trusted_proxies` reverse proxies (the same ones `client_address`
+    believes): X-Forwarded-Proto's entry written by the outermost of them, or its first when the proxies set
+    the header rather than appending to it. None: not behind trusted proxies, or nothing (sane) forwarded."""
+    if trusted_proxies <= 0:
+        return None
+    hops = [hop.strip().lower() for hop in str(environ.get("HTTP_X_FORWARDED_PROTO") or "").split(",")]
+    hops = [hop for hop in hops if hop]
+    if not hops:
+        return None
+    scheme = hops[-trusted_proxies] if len(hops) >= trusted_proxies else hops[0]
+    return scheme if scheme in ("http", "https") else None
+
+
 #: A check at the door: returns to let the request in, raises a `TasksBackendError` to refuse it.
 Check = Callable[[Admission], None]
 
@@ -115,12 +131,13 @@ def origin_of(url: str) -> str:
 
 class Entrance:
     def __init__(self, app: WSGIApp, runtime: Runtime, authenticator: Authenticator,
-                 checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False) -> None:
+                 checks: Sequence[Check] = (), session_paths: Callable[[str], bool] = lambda _: False,
+                 sessions: Callable[[dict[str, Any]], Principal | None] = lambda _: None) -> None:
         self.app, self.authenticator = app, authenticator
         # Authentication and the per-request limits (rate per principal, failed authentication per address).
         self.gate = runtime.gate(authenticator)
-        # Paths whose caller is known by a session cookie, checked behind the door (the web page).
-        self.session_paths = session_paths
+        # Paths whose caller is known by a session cookie (the web page), and who a session names.
+        self.session_paths, self.sessions = session_paths, sessions
         self.checks: list[Check] = list(checks)
         self.public_paths = protocol.public_paths()
         self.rpc_codes = protocol.rpc_codes()
@@ -161,8 +178,12 @@ class Entrance:
         """The caller, once every rule let the request in; raises the refusal otherwise."""
         # First, so that a refused request too is logged with it (the access log's client).
         address = environ[CLIENT_ADDRESS] = client_address(environ, self.trusted_proxies)
+        # The scheme by the same rule as the address: gunicorn is told to believe no one's (gunicorn_conf).
+        scheme = forwarded_scheme(environ, self.trusted_proxies)
+        if scheme is not None:
+            environ["wsgi.url_scheme"] = scheme
         origin = environ.get("HTTP_ORIGIN")
-        if origin is not None and origin_of(origin) not in self.origins and not loopback_origin(origin):
+        if origin is not None and not self._origin_allowed(origin):
             raise OriginNotAllowed()
         declared = environ.get("CONTENT_LENGTH")
         if declared:
@@ -173,7 +194,13 @@ class Entrance:
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         principal: Principal | None = None
         failure: Unauthenticated | None = None
-        if path not in self.public_paths and method != "OPTIONS" and not self.session_paths(path):
+        private = path not in self.public_paths and method != "OPTIONS"
+        if private and self.session_paths(path):
+            # None: nobody signed in, and the page sends them to sign in (a token tried there meets the gate).
+            principal = self.sessions(environ)
+            if principal is not None:
+                self.gate.admit(principal, address)
+        elif private:
             try:
                 principal = self.gate.authenticate(environ.get("HTTP_AUTHORIZATION"), address)
             except Unauthenticated as exc:
@@ -188,6 +215,12 @@ class Entrance:
         if not declared and "chunked" in (environ.get("HTTP_TRANSFER_ENCODING") or "").lower():
             self._read_chunked(environ)
         return principal
+
+    def _origin_allowed(self, origin: str) -> bool:
+        try:
+            return origin_of(origin) in self.origins or loopback_origin(origin)
+        except ValueError:  # not a URL at all (`http://[`): no page of an allowed origin sends that
+            return False
 
     def _read_chunked(self, environ: dict[str, Any]) -> None:
         """A body of unknown length, read here up to the limit, so nothing behind sees a cut one."""

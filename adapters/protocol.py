@@ -12,9 +12,11 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from flask import Blueprint, Flask
 
+from tasks_backend.auth import Principal
 from tasks_backend.push import PushFormat
 from tasks_backend.runtime import Runtime
 
@@ -34,6 +36,9 @@ class Adapter:
     public_paths: frozenset[str] = frozenset()
     #: Paths whose caller is known by a session the adapter checks itself (the web page).
     session_paths: Callable[[str], bool] | None = None
+    #: Who a request on those paths is signed in as (None: nobody), asked by the entrance, which then holds
+    #: that caller to the limits a bearer token meets; given the app, since the entrance runs outside Flask.
+    session_principal: Callable[[Flask, dict[str, Any]], Principal | None] | None = None
     #: Anything else the adapter sets up on the app (hooks, metrics).
     install: Callable[[Flask, Runtime], None] | None = None
     #: How the workers post this protocol's push subscriptions (stored under the adapter's name).
@@ -81,6 +86,18 @@ def session_paths() -> Callable[[str], bool]:
     if len(checks) == 1:
         return checks[0]
     return lambda path: any(check(path) for check in checks)
+
+
+def sessions(app: Flask) -> Callable[[dict[str, Any]], Principal | None]:
+    """Who a request on a session path is signed in as, by the adapter whose path it is (None: nobody)."""
+    owners = tuple((a.session_paths, a.session_principal) for a in registered()
+                   if a.session_paths is not None and a.session_principal is not None)
+
+    def principal(environ: dict[str, Any]) -> Principal | None:
+        path = environ.get("PATH_INFO", "")
+        return next((signed_in(app, environ) for owns, signed_in in owners if owns(path)), None)
+
+    return principal
 
 
 class PublicPaths(Set[str]):

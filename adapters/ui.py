@@ -18,7 +18,9 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, redirect, render_template, request, url_for
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from werkzeug.exceptions import Forbidden, HTTPException
+from werkzeug.http import parse_cookie
 
+from tasks_backend.auth import Principal
 from tasks_backend.domain import JobRecord, JobState, rfc3339
 from tasks_backend.errors import InvalidParams, Unauthenticated
 from tasks_backend.runtime import Runtime
@@ -26,7 +28,7 @@ from tasks_backend.service import JobService
 from tasks_backend.states import STATES_FOR_STATUS, WIRE_STATUS
 
 from . import ui_forms
-from .entrance import CLIENT_ADDRESS
+from .entrance import CLIENT_ADDRESS, PRINCIPAL
 from .http_jobs import event_stream
 from .problems import error_parts
 from .protocol import Adapter
@@ -51,7 +53,16 @@ def owns(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-ADAPTER = Adapter("ui", bp, session_paths=owns)
+def signed_in(app: Flask, environ: dict[str, Any]) -> Principal | None:
+    """Who a request's session cookie names while the session lasts (None: nobody): the entrance holds them to
+    the limits a bearer token meets, and the page acts as them."""
+    with app.app_context():
+        session = _load(parse_cookie(environ).get(COOKIE, ""))
+        # None once what opened the session is gone; rights as the settings give them now, never the cookie's.
+        return None if session is None else _ui().credentials.principal(session)
+
+
+ADAPTER = Adapter("ui", bp, session_paths=owns, session_principal=signed_in)
 
 
 @dataclass
@@ -82,21 +93,28 @@ def _service() -> JobService:
 
 
 # -- session, CSRF, headers ------------------------------------------------------
+def _load(cookie: str) -> dict[str, Any] | None:
+    """The session a cookie holds, if this server signed it and it has not outlived SESSION_MAX_AGE_S."""
+    try:
+        session = _ui().sessions.loads(cookie, max_age=SESSION_MAX_AGE_S)
+    except BadSignature:
+        return None
+    return session if isinstance(session, dict) and isinstance(session.get("c"), str) else None
+
+
 @bp.before_request
 def _session() -> Response | None:
-    try:
-        session = _ui().sessions.loads(request.cookies.get(COOKIE, ""), max_age=SESSION_MAX_AGE_S)
-    except BadSignature:
-        session = None
-    if not isinstance(session, dict) or not isinstance(session.get("c"), str):
+    session = _load(request.cookies.get(COOKIE, ""))
+    if session is None:
         session = {"c": secrets.token_urlsafe(24)}  # anonymous, but with a CSRF token for the sign-in form
         g.ui_session_changed = True
     g.ui_session = session
     if request.method == "POST" and not hmac.compare_digest(
             str(request.form.get("csrf", "")).encode(), session["c"].encode()):
         raise Forbidden("The form has expired or did not come from this page; reload it and try again.")
-    principal = _ui().credentials.principal(session) if "p" in session else None
-    if "p" in session and principal is None:  # what opened the session is gone: signed out
+    # Who the session names, as the entrance found it (`signed_in`) and admitted under the limits.
+    principal = request.environ.get(PRINCIPAL)
+    if isinstance(session.get("p"), str) and principal is None:  # the session has ended
         g.ui_session, g.ui_session_changed = {"c": session["c"]}, True
     if request.endpoint in _PUBLIC_ENDPOINTS:
         return None
@@ -114,8 +132,12 @@ def _headers(response: Response) -> Response:
         if g.ui_session is None:
             response.delete_cookie(COOKIE, path=PREFIX)
         else:
+            # Secure whenever people reach the page over https: by the public URL, or by the scheme the
+            # request came in with (behind TASKS_BACKEND_TRUSTED_PROXIES, the one they forwarded).
+            runtime: Runtime = current_app.extensions["tasks_backend"]
+            secure = request.is_secure or runtime.settings.public_url.lower().startswith("https:")
             response.set_cookie(COOKIE, _ui().sessions.dumps(g.ui_session), max_age=SESSION_MAX_AGE_S,
-                                path=PREFIX, httponly=True, samesite="Strict", secure=request.is_secure)
+                                path=PREFIX, httponly=True, samesite="Strict", secure=secure)
     response.headers.setdefault("Cache-Control", "no-store")
     response.headers["Content-Security-Policy"] = (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "

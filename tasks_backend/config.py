@@ -98,7 +98,8 @@ class Settings:
     auth_failure_window_s: float = 60.0
     #: Reverse proxies in front of the web server that each append the address they saw to X-Forwarded-For;
     #: the client's address (for the limit on failed authentications per address) is then the entry the outermost one
-    #: wrote. 0: the connection's peer, and X-Forwarded-For, which any client can write, is not read.
+    #: wrote, and its scheme the one they forward in X-Forwarded-Proto. 0: the connection's peer and scheme, and
+    #: neither header, which any client can write, is read.
     trusted_proxies: int = 0
     #: Jobs not yet terminal that one principal may have.
     max_active_jobs: int = 1000

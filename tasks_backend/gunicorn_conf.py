@@ -9,3 +9,7 @@ keepalive = 5
 # gunicorn's default access line, with the client the entrance found (behind TASKS_BACKEND_TRUSTED_PROXIES reverse
 # proxies, the forwarded client's address; otherwise the peer's) in place of the peer's address.
 access_log_format = f'%({{{CLIENT_ADDRESS}}}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+# Whom to believe about the client is TASKS_BACKEND_TRUSTED_PROXIES alone, for its address and its scheme alike
+# (adapters.entrance reads X-Forwarded-Proto by the same rule as X-Forwarded-For): gunicorn's own rule, which
+# believes a loopback peer's scheme headers and no other host's, would leave a balancer on another host unheard.
+secure_scheme_headers: dict[str, str] = {}

@@ -433,11 +433,16 @@ class Gate:
             with contextlib.suppress(StoreUnavailable):
                 self.limiter.auth_failed(address)
             raise
+        self.admit(principal, address)
+        return principal
+
+    def admit(self, principal: Principal, address: str | None) -> None:
+        """Count one request of a caller already known (by a bearer token, or by the web page's session) against
+        the per-request limits; raises `RateLimited` over one. Fails open as `authenticate` does."""
         try:
             self.limiter.admit(principal, address)
         except StoreUnavailable as exc:
             log.warning("limits skipped: Redis unreachable (%r)", exc.__cause__)
-        return principal
 
 
 class LimitedJobService(JobService):

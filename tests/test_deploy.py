@@ -172,6 +172,23 @@ def test_compose_has_healthchecks_restart_policies_and_flower_auth(compose: dict
     assert "?" in compose["services"]["flower"]["environment"]["FLOWER_BASIC_AUTH"]  # required, no default
 
 
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's `${NAME}` and `${NAME:-default}` (the default when NAME is unset or empty)."""
+    def one(match: re.Match[str]) -> str:
+        name, default = match[1], match[3] or ""
+        return env.get(name) or (default if match[2] else env.get(name, ""))
+    return re.sub(r"\$\{([A-Z0-9_]+)(:-([^}]*))?\}", one, value)
+
+
+def test_compose_publishes_flower_on_loopback_unless_told(compose: dict[str, Any]) -> None:
+    """Flower speaks plain HTTP: its port is published on the host's loopback unless FLOWER_ADDRESS says where."""
+    (published,) = compose["services"]["flower"]["ports"]
+    assert interpolate(published, {}) == "127.0.0.1:5555:5555"
+    assert interpolate(published, {"FLOWER_ADDRESS": "", "FLOWER_PORT": "5600"}) == "127.0.0.1:5600:5555"
+    assert interpolate(published, {"FLOWER_ADDRESS": "0.0.0.0"}) == "0.0.0.0:5555:5555"
+    assert compose["services"]["flower"]["environment"]["FLOWER_ADDRESS"] == "0.0.0.0"  # inside its container
+
+
 def test_the_image_has_what_it_installs() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     for line in dockerfile.splitlines():

@@ -8,13 +8,14 @@ import json
 import logging
 from typing import Any
 
+import httpx
 import pytest
 from flask import Flask
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from adapters import fast_path, ui
 from adapters.app import create_app
-from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address
+from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address, forwarded_scheme
 from tasks_backend.errors import ServiceUnavailable
 from tasks_backend.logs import JsonFormatter
 from tasks_backend.runtime import Runtime
@@ -96,6 +97,29 @@ def test_an_allowed_origin_and_no_origin_pass(flask_app: Flask, runtime: Runtime
     assert call(allowed, "GET", f"/v1/jobs/{JOB}", {**ALICE, "Origin": EVIL})[0] == 403
 
 
+@pytest.mark.parametrize("origin", ["http://[", "http://[::1", "https://a]b.example"])
+def test_an_origin_that_is_no_url_is_refused_on_every_route_without_a_traceback(
+        flask_app: Flask, live_url: str, origin: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Over real HTTP, without a token: a 403 in each route's protocol, as for any origin not allowed, and nothing
+    logged above a warning (no traceback)."""
+    caplog.set_level(logging.INFO)
+    routes = [*every_route(flask_app), ("OPTIONS", "/v1/jobs")]
+    with httpx.Client(base_url=live_url, timeout=10) as http:
+        for method, path in routes:
+            body = b'{"jsonrpc":"2.0","id":1,"method":"x"}' if method == "POST" else None
+            answer = http.request(method, path, headers={"Origin": origin}, content=body)
+            assert answer.status_code == 403, (method, path, answer.status_code, answer.text[:300])
+            if family(path) == "http":
+                assert answer.headers["Content-Type"] == "application/problem+json", (method, path)
+                assert answer.json()["type"].endswith("/origin-not-allowed"), (method, path)
+            else:
+                assert answer.json()["error"] and answer.json()["id"] is None, (method, path)
+    loud = [r for r in caplog.records if r.levelno > logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) <= len(routes), [r.getMessage() for r in warnings]  # one line a request at most
+
+
 def test_an_oversized_body_is_refused_alike_on_every_route(flask_app: Flask, runtime: Runtime) -> None:
     big = b"{" + b" " * runtime.settings.max_body_bytes + b"}"
     assert_refused_alike(flask_app, every_route(flask_app), 413, ALICE, big)
@@ -142,6 +166,23 @@ def test_a_check_sees_a_failed_authentication_first(runtime: Runtime) -> None:
 def test_the_client_address_believes_only_trusted_proxies(forwarded: str | None, trusted: int, expected: str) -> None:
     environ = {"REMOTE_ADDR": "192.0.2.1", **({"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {})}
     assert client_address(environ, trusted) == expected
+
+
+@pytest.mark.parametrize(("proto", "trusted", "expected"), [
+    (None, 1, None),
+    ("https", 0, None),  # not read unless proxies are trusted, whoever the peer is
+    ("https", 1, "https"),
+    ("HTTP", 1, "http"),
+    ("http, https", 1, "https"),  # appended: the outermost proxy's entry, not the client's
+    ("https, http", 2, "https"),
+    ("https", 2, "https"),  # set, not appended, by the proxies: its one entry
+    ("gopher", 1, None),
+    (" , ", 1, None),
+])
+def test_the_scheme_believes_the_same_proxies_as_the_address(proto: str | None, trusted: int,
+                                                             expected: str | None) -> None:
+    environ = {"REMOTE_ADDR": "192.0.2.1", **({"HTTP_X_FORWARDED_PROTO": proto} if proto is not None else {})}
+    assert forwarded_scheme(environ, trusted) == expected
 
 
 def test_every_answer_carries_a_request_id_and_every_log_line_too(runtime: Runtime) -> None:

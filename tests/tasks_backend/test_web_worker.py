@@ -275,3 +275,54 @@ def test_the_access_log_names_the_client_the_entrance_found(redis_base: str, tmp
         assert '"message": "203.0.113.5 - - [' in line and '" 403 ' in line, line
     finally:
         proc.stop()
+
+
+def session_cookie(base: str, headers: dict[str, str] | None = None, source: str | None = None) -> str:
+    """The session cookie the web page sets on a first visit, asked from `source` (a loopback address)."""
+    transport = httpx.HTTPTransport(local_address=source) if source else None
+    with httpx.Client(base_url=base, transport=transport, timeout=ANSWER_WITHIN) as page:
+        answer = page.get("/ui/signin", headers=headers)
+    assert answer.status_code == 200, answer.text[:300]
+    cookie = answer.headers["Set-Cookie"]
+    assert cookie.startswith("tb_ui_session="), cookie
+    return cookie
+
+
+def is_secure(cookie: str) -> bool:
+    return "secure" in [attribute.strip().lower() for attribute in cookie.split(";")]
+
+
+def test_behind_a_balancer_on_another_host_the_scheme_it_forwards_is_believed(redis_base: str,
+                                                                              tmp_path: Path) -> None:
+    """TASKS_BACKEND_TRUSTED_PROXIES=1 decides, whatever the balancer's address (here 127.0.0.2, which is not
+    gunicorn's own loopback default): the page's cookie is Secure when the balancer says the client came over
+    https, and the client is the one it forwards."""
+    log = tmp_path / "web.log"
+    proc, base = start_web(redis_base, log, TASKS_BACKEND_TRUSTED_PROXIES="1")
+    try:
+        forwarded = {"X-Forwarded-For": "203.0.113.5", "X-Forwarded-Proto": "https"}
+        assert is_secure(session_cookie(base, forwarded, source="127.0.0.2"))
+        assert not is_secure(session_cookie(base, {**forwarded, "X-Forwarded-Proto": "http"}, source="127.0.0.2"))
+        line = wait_until(lambda: next((entry for entry in log.read_text().splitlines()
+                                        if "gunicorn.access" in entry and "GET /ui/signin " in entry), None),
+                          10, message="the access line")
+        assert '"message": "203.0.113.5 - - [' in line, line
+    finally:
+        proc.stop()
+
+
+def test_without_trusted_proxies_no_peer_is_believed_about_the_scheme(web: str) -> None:
+    """TASKS_BACKEND_TRUSTED_PROXIES=0 (the default): X-Forwarded-Proto is a header any client can write, from
+    loopback too."""
+    assert not is_secure(session_cookie(web, {"X-Forwarded-Proto": "https"}))
+
+
+def test_the_cookie_is_secure_whenever_the_public_url_is_https(redis_base: str, tmp_path: Path) -> None:
+    """People reach the page at the public URL: an https one makes the cookie Secure, whatever the hop to the web
+    process was and whether or not a proxy is trusted to say so."""
+    proc, base = start_web(redis_base, tmp_path / "web.log", TASKS_BACKEND_PUBLIC_URL="https://tasks.example.com")
+    try:
+        assert is_secure(session_cookie(base))
+        assert is_secure(session_cookie(base, {"X-Forwarded-Proto": "http"}, source="127.0.0.2"))
+    finally:
+        proc.stop()
