@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tasks_backend.domain import JobRecord, JobState
-from tasks_backend.errors import InvalidParams, JobNotCancelable, JobNotFound, NotWaitingForInput
+from tasks_backend.errors import InvalidParams, JobNotCancelable, JobNotFound, NotWaitingForInput, StoreUnavailable
+from tasks_backend.follow import follow
 from tasks_backend.runtime import STREAM_BLOCK_MS
 from tasks_backend.views import handle
 
@@ -49,7 +47,7 @@ log = logging.getLogger(__name__)
 
 #: How long a client may cache `server/discover` and `tools/list`: both change only on deploy.
 LIST_TTL_MS = 60_000
-#: A listen stream follows at most this many tasks (each costs one blocking reader while it lasts).
+#: A listen stream follows at most this many tasks (all of them through one blocking read at a time).
 MAX_LISTEN_TASKS = 32
 ACK: dict[str, Any] = {"resultType": "complete"}
 
@@ -160,61 +158,30 @@ def listen(call: Call) -> Reply:
     ids = wanted.get("taskIds") if isinstance(wanted, dict) else None
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids) or len(ids) > MAX_LISTEN_TASKS:
         raise InvalidParams(f"`notifications.taskIds` must list at most {MAX_LISTEN_TASKS} task ids.")
-    accepted: list[str] = []
+    records: list[JobRecord] = []
     for task_id in dict.fromkeys(ids):
         try:
-            call.service.get(call.principal, task_id)
+            records.append(call.service.get(call.principal, task_id))
         except JobNotFound:
             continue
-        accepted.append(task_id)
     meta = {SUBSCRIPTION_META: call.rpc.id}
     max_s = call.service.settings.sse_max_s
 
     def events() -> Iterator[str]:
         yield sse_event({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-                         "params": {"notifications": {"taskIds": accepted}, "_meta": meta}})
-        for record in _merged_watch(call, accepted, max_s):
-            yield sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
-                             "params": {**_detailed(call, record), "_meta": meta}})
+                         "params": {"notifications": {"taskIds": [r.id for r in records]}, "_meta": meta}})
+        try:
+            # One read over every task's feed, in this stream's own greenlet: one Redis connection whatever
+            # the number of tasks, and no reader outlives the stream (or the slot that counts it).
+            for record in follow(call.runtime.streaming(), records, max_s=max_s, block_ms=STREAM_BLOCK_MS):
+                yield sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
+                                 "params": {**_detailed(call, record), "_meta": meta}})
+        except StoreUnavailable as exc:  # Redis failed: the client listens again
+            log.info("listen ended early: %r", exc.__cause__)
         yield sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
 
     # One of the principal's open streams until it ends or the client goes away.
     return Stream(call.runtime.limits().hold(call.principal, events()))
-
-
-def _merged_watch(call: Call, task_ids: list[str], max_s: float) -> Iterator[JobRecord]:
-    """Each task's changes (its current state first), merged from one watcher thread per task."""
-    changes: queue.Queue[JobRecord | None] = queue.Queue()
-    stop = threading.Event()
-
-    def follow(task_id: str) -> None:
-        try:
-            for _, record in call.runtime.streaming().watch(call.principal, task_id, max_s=max_s,
-                                                            block_ms=STREAM_BLOCK_MS):
-                if stop.is_set():
-                    return
-                changes.put(record)
-        except Exception as exc:  # the task expired or Redis failed: this task's feed just ends
-            log.info("task feed for %s ended: %s", task_id, exc)
-        finally:
-            changes.put(None)
-
-    for task_id in task_ids:
-        threading.Thread(target=follow, args=(task_id,), name=f"mcp-listen-{task_id}", daemon=True).start()
-    open_feeds = len(task_ids)
-    deadline = time.monotonic() + max_s + 2
-    try:
-        while open_feeds and (left := deadline - time.monotonic()) > 0:
-            try:
-                item = changes.get(timeout=left)
-            except queue.Empty:
-                return
-            if item is None:
-                open_feeds -= 1
-            else:
-                yield item
-    finally:
-        stop.set()
 
 
 METHODS: dict[str, Callable[[Call], Reply]] = {

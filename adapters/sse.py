@@ -11,7 +11,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from flask import Response
+from flask import Response, current_app, request
+
+from tasks_backend.drain import ClientWatch
 
 #: Compact JSON separators, for protocols whose streams are read by machines only.
 COMPACT = (",", ":")
@@ -40,7 +42,12 @@ def json_frame(value: Any, *, event: str | None = None, event_id: str | None = N
 
 
 def response(events: Iterable[str]) -> Response:
-    """A streamed answer: not cached, not buffered by a proxy in front."""
+    """A streamed answer: not cached, not buffered by a proxy in front, and whose reads end once its client has
+    hung up (its Redis connection then goes back at once, not after a read's block of up to `STREAM_BLOCK_MS`)."""
+    sock = request.environ.get("gunicorn.socket") or request.environ.get("werkzeug.socket")
+    runtime = current_app.extensions.get("tasks_backend")
+    if sock is not None and runtime is not None:
+        events = ClientWatch(iter(events), sock, runtime.streaming().drain)
     answer = Response(events, mimetype="text/event-stream")
     answer.headers["Cache-Control"] = "no-cache"
     answer.headers["X-Accel-Buffering"] = "no"

@@ -1,4 +1,4 @@
-"""Ending held streams and blocking waits when a web process is asked to stop.
+"""Ending held streams and blocking waits when a web process is asked to stop, or when a stream's client goes away.
 
 A deploy stops a web process with SIGTERM, and its server then waits, up to the graceful timeout, for the
 requests in flight. Event streams, subscriptions and blocking sends stay in flight for minutes, each blocked in
@@ -6,14 +6,21 @@ Redis for the job's next change: left alone they would hold every stopping proce
 (30 s) and then be cut off mid-stream. `Drain.stop` ends each of them as its own deadline would: a stream closes
 cleanly (its client reconnects, with Last-Event-ID, to a process still serving) and a blocking send answers with
 the task as it stands.
+
+A client that hangs up is noticed by `ClientWatch`, around each streamed response: its reads end at once (under
+gevent, as the web worker serves; under threads at its next read), so a stream's Redis connection and the reading
+that holds it are gone within moments of the hang-up, before the stream's slot is given back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
 
 
 class Interrupted(Exception):
@@ -30,6 +37,12 @@ def _current_greenlet() -> Any:
     return getcurrent() if monkey.is_module_patched("socket") else None
 
 
+def _reader() -> Any:
+    """Who is reading: the running greenlet under gevent, else the thread."""
+    me = _current_greenlet()
+    return me if me is not None else threading.get_ident()
+
+
 class Drain:
     """One per process, shared by every service that reads held streams."""
 
@@ -37,6 +50,9 @@ class Drain:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._reading: set[Any] = set()
+        #: Readers whose client went away, and (threads) how to tell whether one has, until their stream ends.
+        self._cut: set[Any] = set()
+        self._probes: dict[Any, Callable[[], bool]] = {}
 
     @property
     def stopping(self) -> bool:
@@ -44,10 +60,16 @@ class Drain:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:
-        """Around one blocking read: `stop` interrupts it with `Interrupted`, as does entering it after a stop."""
+        """Around one blocking read: `stop` interrupts it with `Interrupted`, as does entering it after a stop, and
+        so does `cut` for the reads of one reader."""
         if self.stopping:
             raise Interrupted()
         me = _current_greenlet()
+        who = me if me is not None else threading.get_ident()
+        probe = self._probes.get(who)
+        if who in self._cut or (probe is not None and probe()):
+            self._cut.add(who)
+            raise Interrupted()
         if me is not None:
             with self._lock:
                 self._reading.add(me)
@@ -57,6 +79,31 @@ class Drain:
             if me is not None:
                 with self._lock:
                     self._reading.discard(me)
+
+    def cut(self, reader: Any) -> None:
+        """`reader`'s client went away: its read in progress ends now (under gevent), and each later one at once."""
+        self._cut.add(reader)
+        from gevent import get_hub
+
+        def deliver() -> None:
+            # Checked when the interruption lands, not when it is scheduled: by then the reader may have left its
+            # read (to write to the client), and an exception thrown there would end the request with a traceback.
+            with self._lock:
+                reading = reader in self._reading
+            if reading:
+                reader.throw(Interrupted())
+
+        get_hub().loop.run_callback(deliver)
+
+    def watch_with(self, reader: Any, probe: Callable[[], bool]) -> None:
+        """Where nothing can interrupt a read (threads), ask `probe` before each of `reader`'s reads whether its
+        client went away."""
+        self._probes[reader] = probe
+
+    def forget(self, reader: Any) -> None:
+        """`reader`'s stream ended: what `cut` and `watch_with` kept for it goes."""
+        self._cut.discard(reader)
+        self._probes.pop(reader, None)
 
     def stop(self) -> None:
         """Every read in progress ends now, and every later one at once. Runs in its own greenlet: `gevent.kill`
@@ -69,3 +116,65 @@ class Drain:
 
             for greenlet in reading:
                 gevent.kill(greenlet, Interrupted)
+
+
+def hung_up(sock: socket.socket) -> bool:
+    """Whether the peer of a served connection closed it (it sends nothing more while it reads a stream)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:  # reset, or the socket is already closed
+        return True
+
+
+class ClientWatch(Generic[T]):
+    """A streamed response's items, whose reads `drain` ends as soon as the client `sock` hangs up.
+
+    Under gevent a greenlet waits for the socket to turn readable (the client closing it; a client reading a
+    stream sends nothing) and cuts the stream's reads at once; under threads each read asks first. Whatever the
+    server, `close` (called by it when the response ends) ends the watching, then closes `items`."""
+
+    def __init__(self, items: Iterator[T], sock: socket.socket, drain: Drain) -> None:
+        self.items, self.sock, self.drain = items, sock, drain
+        self._reader: Any = None
+        self._watcher: Any = None
+
+    def __iter__(self) -> ClientWatch[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._reader is None:
+            self._start()
+        return next(self.items)
+
+    def _start(self) -> None:
+        self._reader = _reader()
+        if _current_greenlet() is None:
+            self.drain.watch_with(self._reader, lambda: hung_up(self.sock))
+            return
+        import gevent
+
+        self._watcher = gevent.spawn(self._watch)
+
+    def _watch(self) -> None:
+        from gevent.socket import wait_read
+
+        try:
+            wait_read(self.sock.fileno())
+        except (OSError, ValueError):  # the socket was closed under the watcher
+            return
+        if hung_up(self.sock):
+            self.drain.cut(self._reader)
+        # Anything else readable is a request sent behind this one: its stream goes on, and ends by its deadline.
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.kill(block=False)
+        try:
+            close = getattr(self.items, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if self._reader is not None:
+                self.drain.forget(self._reader)

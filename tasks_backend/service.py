@@ -420,12 +420,13 @@ class JobService:
                     return
                 continue
             last = events[-1].id
-            record = self._apply(record, events[-1])
+            record = self.apply_event(record, events[-1])
             yield last, record
             if record.terminal:
                 return
 
-    def _apply(self, record: JobRecord, event: Event) -> JobRecord:
+    def apply_event(self, record: JobRecord, event: Event) -> JobRecord:
+        """`record` as the feed entry `event` leaves it (read afresh where the entry does not carry it all)."""
         if event.state in (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED):
             fresh = self.store.get(record.id)
             if fresh is not None:

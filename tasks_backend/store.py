@@ -16,7 +16,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,6 +33,9 @@ from .keys import Keys
 from .lua import SCRIPTS
 
 T = TypeVar("T")
+
+#: How often a reader of several jobs' feeds on a Redis Cluster looks for new entries (see `events_many`).
+CLUSTER_POLL_S = 0.5
 
 # A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
 # own: the same "try again later" to callers.
@@ -340,14 +343,40 @@ class RedisStore:
                 self.redis.zrem(self.keys.owner_index(owner), *job_ids)
 
     def events(self, job_id: str, after: str, block_ms: int) -> list[Event]:
+        return self.events_many({job_id: after}, block_ms).get(job_id, [])
+
+    def events_many(self, after: Mapping[str, str], block_ms: int) -> dict[str, list[Event]]:
+        """The entries of each job's feed past its cursor (job id -> cursor), waiting up to `block_ms` for the
+        first: one XREAD over every feed, so a reader of many jobs holds one connection, not one per job.
+
+        On a Redis Cluster each job has a slot of its own and one XREAD names one slot: the feeds of several jobs
+        are read there without blocking, one pipeline a round, every `CLUSTER_POLL_S` until something came."""
+        job_of = {self.keys.events(job_id): job_id for job_id in after}
+        streams = {self.keys.events(job_id): cursor for job_id, cursor in after.items()}
         with redis_errors():
-            reply = self.redis.xread({self.keys.events(job_id): after}, count=100, block=block_ms)
-        out: list[Event] = []
-        for _stream, entries in reply or []:
-            for entry_id, f in entries:
-                out.append(Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
-                                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None))
-        return out
+            if self.single or len(streams) == 1:
+                reply = self.redis.xread(streams, count=100, block=block_ms)
+            else:
+                reply = self._poll_feeds(streams, block_ms)
+        out: dict[str, list[Event]] = {}
+        for stream, entries in reply or []:
+            out[job_of[stream]] = [
+                Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
+                      float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
+                for entry_id, f in entries]
+        return {job_id: events for job_id, events in out.items() if events}
+
+    def _poll_feeds(self, streams: Mapping[str, str], block_ms: int) -> list[Any]:
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream, cursor in streams.items():
+                pipe.xread({stream: cursor}, count=100)
+            reply = [row for rows in pipe.execute() for row in rows or []]
+            left = deadline - time.monotonic()
+            if reply or left <= 0:
+                return reply
+            time.sleep(min(CLUSTER_POLL_S, left))
 
     # -- state changes -----------------------------------------------------------
     # Every script that changes a job takes a request id (a fresh one unless the caller passes its
