@@ -1,9 +1,9 @@
 """`tasks-backend run` (what `make run` calls): the whole system on this machine, supervised.
 
-It checks its ports before starting anything, starts an embedded Redis unless `REDIS_URL` is set, then the
-web app, a worker, the sweeper and Flower; once every one of them answers it prints one "ready" line and a
-block to paste into another terminal (activate the environment, export `TASKS_BACKEND_URL`,
-`TASKS_BACKEND_TOKEN` and `REDIS_URL`).
+Before starting anything it checks its ports, its data directory, its configuration and the servers it was
+pointed at (see `preflight`); then it starts an embedded Redis unless `REDIS_URL` is set, the web app, a worker,
+the sweeper and Flower; once every one of them answers it prints one "ready" line and a block to paste into
+another terminal (activate the environment, export `TASKS_BACKEND_URL`, `TASKS_BACKEND_TOKEN` and `REDIS_URL`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import httpx
@@ -29,6 +29,8 @@ import httpx
 from tasks_backend.config import Settings
 from tasks_backend.embedded import EmbeddedRedis, die_with_parent, free_port
 from tasks_backend.supervisor import Supervisor
+
+from .preflight import DataDirLock, Refused, check_configuration, check_reachable, in_use
 
 #: How often the readiness probes run while the children start.
 PROBE_INTERVAL_S = 0.25
@@ -54,6 +56,12 @@ def run(data_dir: str) -> None:
     env["TASKS_BACKEND_DEV"] = "1"
     port = env.setdefault("PORT", "8000")
     flower_port = env.setdefault("FLOWER_PORT", "5555")
+    embedded = not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS")
+    lock = DataDirLock(Path(data_dir)) if embedded else None
+    # A run already on this data directory is named first: its ports are likely the ones taken.
+    held = lock.holder() if lock is not None else None
+    if held is not None:
+        _refuse(in_use(data_dir, held, _ports_to_suggest(port, flower_port)))
     taken = ports_in_use({"PORT": port, "FLOWER_PORT": flower_port})
     if taken:
         # Before any token is made or any child started: a server that cannot bind would never come up.
@@ -61,12 +69,22 @@ def run(data_dir: str) -> None:
             click.echo(f"port {number} is in use; set {name}=<a free port> (for example {name}={free_port()})",
                        err=True)
         sys.exit(1)
+    try:
+        # Once, here: a child that found it would only be started again and again.
+        check_reachable(check_configuration(env), env, store=not embedded)
+    except Refused as refusal:
+        _refuse(str(refusal))
     redis_server: EmbeddedRedis | None = None
-    if not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS"):
+    if lock is not None:
+        held = lock.take()
+        if held is not None:  # another run took it since the look above
+            _refuse(in_use(data_dir, held, _ports_to_suggest(port, flower_port)))
+        lock.describe(port=port, flower_port=flower_port)
         path = Path(data_dir, "redis")
         path.mkdir(parents=True, exist_ok=True)
         redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
         env["REDIS_URL"] = redis_server.url
+        lock.describe(port=port, flower_port=flower_port, redis_port=redis_server.port)
     # The token the pasted block exports: one made for this run, else the first static token configured.
     token = _first_token(env.get("TASKS_BACKEND_TOKENS", ""))
     if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
@@ -102,6 +120,19 @@ def connection_exports(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     exports them. With Sentinels, REDIS_URL is left out: the Sentinels replace it (`Settings.from_env`)."""
     skip = {"REDIS_URL"} if env.get("TASKS_BACKEND_REDIS_SENTINELS") else set()
     return tuple((name, env[name]) for name in CONNECTION_VARIABLES if env.get(name) and name not in skip)
+
+
+def _refuse(message: str) -> NoReturn:
+    """Say why nothing was started, once, and exit non-zero."""
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+def _ports_to_suggest(port: str, flower_port: str) -> dict[str, str]:
+    """PORT and FLOWER_PORT for another run: these if they are free, else free ones."""
+    taken = dict(ports_in_use({"PORT": port, "FLOWER_PORT": flower_port}))
+    return {name: str(free_port()) if name in taken else number
+            for name, number in (("PORT", port), ("FLOWER_PORT", flower_port))}
 
 
 def _first_token(tokens: str) -> str | None:
