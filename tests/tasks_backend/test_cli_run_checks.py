@@ -1,5 +1,5 @@
 """`tasks-backend run` refuses, before it starts anything, what would never come up or would be shared by
-mistake: real `run` processes, a real Redis."""
+mistake, and prints nothing it was given: real `run` processes, a real Redis."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from tasks_backend.embedded import EmbeddedRedis, free_port
 from tests.conftest import wait_until
 from tests.support.procs import ROOT
-from tests.tasks_backend.test_cli_run import _block, _group_alive
+from tests.tasks_backend.test_cli_run import _block, _group_alive, _paste, _pasted
 
 #: What a shell holds that `run` reads: none of the test session's own.
 _OWN = ("TASKS_BACKEND_", "FLOWER_", "REDIS_URL", "CELERY_BROKER_URL")
@@ -154,3 +155,57 @@ def test_a_configuration_error_is_said_once_and_starts_nothing(tmp_path: Path, n
     assert ended.stderr.count(says) == 1, ended.stderr
     assert len(ended.stderr.strip().splitlines()) == 1, ended.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_run_prints_no_secret_it_was_given_and_its_block_still_reaches_the_same_system(tmp_path: Path) -> None:
+    """Tokens, a Redis password and Flower's password the user set are never written out (a CI log, a journal
+    would keep them); the block refers to the user's own variables instead, so a shell that has them (a
+    profile, or the user exporting them again) reaches the same system, and one that lacks them is told which."""
+    password, token, flower = (secrets.token_hex(8) for _ in range(3))
+    server = EmbeddedRedis(appendonly=False, data_dir=str(tmp_path)).start()
+    redis.Redis(port=server.port).config_set("requirepass", password)
+    given = {"REDIS_URL": f"redis://:{password}@127.0.0.1:{server.port}/0", "TASKS_BACKEND_TOKENS": f"me:{token}",
+             "FLOWER_BASIC_AUTH": f"ops:{flower}", "TASKS_BACKEND_KEY_PREFIX": "tbgiven"}
+    running = Running(tmp_path / "data", _env(**given), tmp_path / "run.log")
+    try:
+        block = running.block()
+        shown = running.log.read_text()
+        assert f"  Redis:    redis://:***@127.0.0.1:{server.port}/0  (REDIS_URL)\n" in shown
+        assert "(user and password from FLOWER_BASIC_AUTH)" in shown
+        assert "  # export TASKS_BACKEND_TOKEN=<one of your TASKS_BACKEND_TOKENS>\n" in block
+
+        lacking = _paste(block, {"PATH": os.environ["PATH"]})
+        assert lacking.returncode != 0 and "REDIS_URL" in lacking.stderr
+
+        user_shell = {"PATH": os.environ["PATH"], "TASKS_BACKEND_TOKEN": token,
+                      **{k: v for k, v in given.items() if k != "FLOWER_BASIC_AUTH"}}
+        pasted = _pasted(block, user_shell)
+        assert pasted["REDIS_URL"] == given["REDIS_URL"] and pasted["TASKS_BACKEND_TOKEN"] == token
+        submit = subprocess.run([sys.executable, "-c", _SUBMIT], cwd=ROOT, capture_output=True, text=True,
+                                env={**pasted, "PYTHONPATH": str(ROOT)}, timeout=60)
+        assert submit.returncode == 0, submit.stderr
+        job_id = submit.stdout.strip()
+        answer = httpx.get(f"{pasted['TASKS_BACKEND_URL']}/v1/jobs/{job_id}", timeout=10,
+                           headers={"Authorization": f"Bearer {pasted['TASKS_BACKEND_TOKEN']}"})
+        assert answer.status_code == 200 and answer.json()["status"] == "completed"
+    finally:
+        try:
+            running.stop()
+        finally:
+            server.stop()
+    everything = running.log.read_text()  # what every child wrote as well, up to the stop
+    for secret in (password, token, flower):
+        assert secret not in everything
+
+
+#: An application in the shell that pasted the block: it submits as the principal of the user's token, through
+#: the Redis the server uses, and waits for a worker of `run`.
+_SUBMIT = """
+from tasks_backend import Principal, connect_service
+service = connect_service()
+me = Principal("me")
+record, _ = service.submit(me, "demo.sleep", {"seconds": 0.1})
+done = service.wait(me, record.id, timeout_s=45)
+assert done.state == "completed", done.state
+print(record.id)
+"""
