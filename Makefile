@@ -32,4 +32,4 @@ lint: $(VENV)/.installed-embedded-test-dev
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .tasks-backend .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tasks-backend* .pytest_cache .mypy_cache .ruff_cache

@@ -1,9 +1,11 @@
 """`tasks-backend run` (what `make run` calls): the whole system on this machine, supervised.
 
-It checks its ports before starting anything, starts an embedded Redis unless `REDIS_URL` is set, then the
-web app, a worker, the sweeper and Flower; once every one of them answers it prints one "ready" line and a
-block to paste into another terminal (activate the environment, export `TASKS_BACKEND_URL`,
-`TASKS_BACKEND_TOKEN` and `REDIS_URL`).
+Before starting anything it checks its ports, its data directory, its configuration and the servers it was
+pointed at (see `preflight`); then it starts an embedded Redis unless `REDIS_URL` is set, the web app, a worker,
+the sweeper and Flower; once every one of them answers it prints one "ready" line and a block to paste into
+another terminal (activate the environment, export `TASKS_BACKEND_URL`, `TASKS_BACKEND_TOKEN` and `REDIS_URL`).
+What the user configured is never printed (a CI log or a journal keeps whatever `run` prints): the block prints
+what `run` made, and refers to the user's own variables for the rest.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import httpx
@@ -29,6 +31,8 @@ import httpx
 from tasks_backend.config import Settings
 from tasks_backend.embedded import EmbeddedRedis, die_with_parent, free_port
 from tasks_backend.supervisor import Supervisor
+
+from .preflight import DataDirLock, Refused, check_configuration, check_reachable, in_use
 
 #: How often the readiness probes run while the children start.
 PROBE_INTERVAL_S = 0.25
@@ -54,6 +58,12 @@ def run(data_dir: str) -> None:
     env["TASKS_BACKEND_DEV"] = "1"
     port = env.setdefault("PORT", "8000")
     flower_port = env.setdefault("FLOWER_PORT", "5555")
+    embedded = not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS")
+    lock = DataDirLock(Path(data_dir)) if embedded else None
+    # A run already on this data directory is named first: its ports are likely the ones taken.
+    held = lock.holder() if lock is not None else None
+    if held is not None:
+        _refuse(in_use(data_dir, held, _ports_to_suggest(port, flower_port)))
     taken = ports_in_use({"PORT": port, "FLOWER_PORT": flower_port})
     if taken:
         # Before any token is made or any child started: a server that cannot bind would never come up.
@@ -61,19 +71,33 @@ def run(data_dir: str) -> None:
             click.echo(f"port {number} is in use; set {name}=<a free port> (for example {name}={free_port()})",
                        err=True)
         sys.exit(1)
+    try:
+        # Once, here: a child that found it would only be started again and again.
+        check_reachable(check_configuration(env), env, store=not embedded)
+    except Refused as refusal:
+        _refuse(str(refusal))
     redis_server: EmbeddedRedis | None = None
-    if not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS"):
+    if lock is not None:
+        held = lock.take()
+        if held is not None:  # another run took it since the look above
+            _refuse(in_use(data_dir, held, _ports_to_suggest(port, flower_port)))
+        lock.describe(port=port, flower_port=flower_port)
         path = Path(data_dir, "redis")
         path.mkdir(parents=True, exist_ok=True)
         redis_server = EmbeddedRedis(port=free_port(), data_dir=str(path.resolve())).start()
         env["REDIS_URL"] = redis_server.url
-    # The token the pasted block exports: one made for this run, else the first static token configured.
-    token = _first_token(env.get("TASKS_BACKEND_TOKENS", ""))
+        lock.describe(port=port, flower_port=flower_port, redis_port=redis_server.port)
+    # What the banner prints is what this run made: a development token, Flower's password, the embedded Redis's
+    # URL. What the user gave (tokens, passwords, URLs) it never prints: it says where that came from instead.
+    token: str | None = None
+    token_hint = "one of your TASKS_BACKEND_TOKENS" if env.get("TASKS_BACKEND_TOKENS") else "a token of yours"
     if not (env.get("TASKS_BACKEND_TOKENS") or env.get("TASKS_BACKEND_TOKENS_FILE")
             or env.get("TASKS_BACKEND_JWT_SECRET") or env.get("TASKS_BACKEND_JWT_PUBLIC_KEY")):
         token = secrets.token_urlsafe(24)
         env["TASKS_BACKEND_TOKENS"] = f"dev:{token}"
-    env.setdefault("FLOWER_BASIC_AUTH", f"admin:{secrets.token_urlsafe(12)}")
+    flower_auth = None if env.get("FLOWER_BASIC_AUTH") else f"admin:{secrets.token_urlsafe(12)}"
+    if flower_auth is not None:
+        env["FLOWER_BASIC_AUTH"] = flower_auth
 
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
@@ -89,25 +113,38 @@ def run(data_dir: str) -> None:
     for name, argv in commands.items():
         supervisor.add(name, functools.partial(_spawn, argv, env))
     settings = Settings.from_env(env)
-    banner = Banner(port=port, flower_port=flower_port, token=token, flower_auth=env["FLOWER_BASIC_AUTH"],
-                    redis_url=settings.redis_url, embedded=redis_server is not None, exports=connection_exports(env))
+    made = {"REDIS_URL"} if redis_server is not None else set()
+    redis_source = None if redis_server is not None else (
+        "TASKS_BACKEND_REDIS_SENTINELS" if env.get("TASKS_BACKEND_REDIS_SENTINELS") else "REDIS_URL")
+    banner = Banner(port=port, flower_port=flower_port, token=token, token_hint=token_hint, flower_auth=flower_auth,
+                    redis_url=settings.redis_url, redis_source=redis_source, exports=connection_exports(env, made))
     probes = readiness_probes(settings, port, flower_port, supervisor)
     threading.Thread(target=_announce_when_ready, args=(probes, banner, supervisor.stopping), daemon=True,
                      name="readiness").start()
     supervisor.run()
 
 
-def connection_exports(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The connection variables this run was given (or made: an embedded Redis's URL), as the pasted block
-    exports them. With Sentinels, REDIS_URL is left out: the Sentinels replace it (`Settings.from_env`)."""
+def connection_exports(env: Mapping[str, str], made: Collection[str] = ()) -> tuple[tuple[str, str | None], ...]:
+    """The connection variables of this run, as the pasted block exports them: with its value one that this
+    run made (an embedded Redis's URL); without (None) one the user gave, which may hold a password: the block
+    keeps the pasting shell's own (see `Banner`). With Sentinels, REDIS_URL is left out: the Sentinels replace it
+    (`Settings.from_env`)."""
     skip = {"REDIS_URL"} if env.get("TASKS_BACKEND_REDIS_SENTINELS") else set()
-    return tuple((name, env[name]) for name in CONNECTION_VARIABLES if env.get(name) and name not in skip)
+    return tuple((name, env[name] if name in made else None) for name in CONNECTION_VARIABLES
+                 if env.get(name) and name not in skip)
 
 
-def _first_token(tokens: str) -> str | None:
-    """The token of the first `principal:token` pair of TASKS_BACKEND_TOKENS, if any."""
-    first = tokens.split(",", 1)[0].strip()
-    return first.partition(":")[2].strip() or None
+def _refuse(message: str) -> NoReturn:
+    """Say why nothing was started, once, and exit non-zero."""
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+def _ports_to_suggest(port: str, flower_port: str) -> dict[str, str]:
+    """PORT and FLOWER_PORT for another run: these if they are free, else free ones."""
+    taken = dict(ports_in_use({"PORT": port, "FLOWER_PORT": flower_port}))
+    return {name: str(free_port()) if name in taken else number
+            for name, number in (("PORT", port), ("FLOWER_PORT", flower_port))}
 
 
 def ports_in_use(ports: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -187,23 +224,39 @@ def _announce_when_ready(probes: dict[str, Probe], banner: Banner, stopping: thr
 
 @dataclass(frozen=True)
 class Banner:
+    """The ready line and the block to paste. It prints what this run made (a development token, Flower's
+    password, an embedded Redis's URL) and nothing the user gave: a user's URL is shown with its password masked
+    and the variable it came from, and the block refers to the user's own variables rather than repeating their
+    values, so that another shell of theirs (which has them, or is told which it lacks) reaches the same system."""
+
     port: str
     flower_port: str
+    #: The token this run made; None when the user has their own (`token_hint` says which).
     token: str | None
-    flower_auth: str
+    #: `user:password` this run made for Flower; None when the user gave FLOWER_BASIC_AUTH.
+    flower_auth: str | None
     redis_url: str
-    embedded: bool
-    exports: tuple[tuple[str, str], ...] = ()
+    #: The variable the Redis URL came from; None for the embedded Redis this run started.
+    redis_source: str | None
+    #: (variable, value) for what this run made, (variable, None) for what the user gave: `connection_exports`.
+    exports: tuple[tuple[str, str | None], ...] = ()
+    token_hint: str = "a token of yours"  # noqa: S105 - what to paste, not a secret
 
     def render(self, elapsed_s: float) -> str:
+        from tasks_backend.runtime import redact_url  # Celery and all: not for every `tasks-backend` command
+
         url = f"http://127.0.0.1:{self.port}"
-        user, _, password = self.flower_auth.partition(":")
+        if self.flower_auth is None:
+            flower = "user and password from FLOWER_BASIC_AUTH"
+        else:
+            user, _, password = self.flower_auth.partition(":")
+            flower = f"user {user}, password {password}"
         lines = [
             "",
             f"tasks-backend is ready on {url} (web, worker, sweeper and Flower answered in {elapsed_s:.1f}s)",
-            f"  Redis:    {self.redis_url}" + ("  (embedded)" if self.embedded else ""),
+            f"  Redis:    {redact_url(self.redis_url)}  ({self.redis_source or 'embedded'})",
             f"  Web page: {url}/ui",
-            f"  Flower:   http://127.0.0.1:{self.flower_port}  (user {user}, password {password})",
+            f"  Flower:   http://127.0.0.1:{self.flower_port}  ({flower})",
             "  Stop everything with Ctrl-C.",
             "",
             "In another terminal, in this directory, paste:",
@@ -215,10 +268,16 @@ class Banner:
         lines.append(_export("TASKS_BACKEND_URL", url))
         if self.token:
             lines.append(_export("TASKS_BACKEND_TOKEN", self.token))
-        else:  # tokens from a file or JWTs: only their owner has one to paste
-            lines.append("  # export TASKS_BACKEND_TOKEN=<a token of yours>")
-        lines += [*(_export(name, value) for name, value in self.exports), ""]
+        else:  # the user's own: a line that does nothing when pasted, for them to fill in
+            lines.append(f"  # export TASKS_BACKEND_TOKEN=<{self.token_hint}>")
+        lines += [*(_export(name, value) if value is not None else _keep(name) for name, value in self.exports), ""]
         return "\n".join(lines)
+
+
+def _keep(name: str) -> str:
+    """The line that exports the pasting shell's own `name`, or stops there saying it lacks one: the value the
+    user gave `run` is theirs to have, not the banner's to print."""
+    return f'  export {name}="${{{name}:?set it as you did for tasks-backend run}}"'
 
 
 def _export(name: str, value: str) -> str:

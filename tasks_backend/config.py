@@ -20,12 +20,22 @@ def is_cluster_url(url: str) -> bool:
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
-    return float(raw) if raw not in (None, "") else default
+    return _number(float, name, raw) if raw not in (None, "") else default
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
-    return int(raw) if raw not in (None, "") else default
+    return _number(int, name, raw) if raw not in (None, "") else default
+
+
+def _number(kind: type[float] | type[int], name: str, raw: Any) -> Any:
+    # float('30s') says "could not convert string to float": a process reading many variables must say which.
+    try:
+        return kind(raw)
+    except ValueError:
+        # Every float setting is a time: seconds, written without a unit.
+        what = "a whole number" if kind is int else "a number (of seconds, without a unit)"
+        raise ValueError(f"{name}={raw!r} is not {what}") from None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from .dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatc
 from .drain import Drain
 from .errors import StoreUnavailable
 from .execution import Executor
+from .failover import is_sentinel_url
 from .keys import Keys
 from .limits import Gate, LimitedJobService, Limiter
 from .push import PushStore
@@ -144,7 +145,10 @@ def connect_service(settings: Settings | None = None) -> JobService:
 
 
 def redact_url(url: str) -> str:
-    """`url` with any password replaced, fit for a message or a log line."""
+    """`url` with any password replaced, fit for a message or a log line (each Sentinel's of a `sentinel://`
+    URL, whose parts `;` joins)."""
+    if is_sentinel_url(url) and ";" in url:
+        return ";".join(redact_url(part) for part in url.split(";"))
     parts = urlsplit(url)
     if not parts.password:
         return url

@@ -122,18 +122,20 @@ def _group_alive(pgid: int) -> bool:
 
 
 def test_the_pasted_block_exports_a_token_only_when_there_is_one_to_paste() -> None:
-    from cli.run import Banner, _first_token, connection_exports
+    """... and that is only the one `run` made: the user's own tokens are theirs to paste, never printed."""
+    from cli.run import Banner, connection_exports
 
-    assert _first_token("ops:s3cret, me:other") == "s3cret"
-    assert _first_token("") is None
     common = {"port": "8000", "flower_port": "5555", "flower_auth": "admin:pw",
-              "redis_url": "redis://127.0.0.1:6379/0", "embedded": False,
-              "exports": connection_exports({"REDIS_URL": "redis://127.0.0.1:6379/0", "PATH": "/bin"})}
+              "redis_url": "redis://127.0.0.1:6379/0", "redis_source": None,
+              "exports": connection_exports({"REDIS_URL": "redis://127.0.0.1:6379/0", "PATH": "/bin"}, {"REDIS_URL"})}
     shown = Banner(token="s3cret", **common).render(1.0)
     assert "\n  export TASKS_BACKEND_TOKEN=s3cret\n" in shown
     assert "\n  export REDIS_URL=redis://127.0.0.1:6379/0\n" in shown
-    # Tokens from a file or JWTs: a line that does nothing when pasted, rather than one bash cannot parse.
+    # The user's tokens (static, a file or JWTs): a line that does nothing when pasted, rather than one bash cannot
+    # parse, saying which token to put there.
     assert "\n  # export TASKS_BACKEND_TOKEN=<a token of yours>\n" in Banner(token=None, **common).render(1.0)
+    assert "\n  # export TASKS_BACKEND_TOKEN=<one of your TASKS_BACKEND_TOKENS>\n" in Banner(
+        token=None, token_hint="one of your TASKS_BACKEND_TOKENS", **common).render(1.0)
 
 
 def _block(text: str) -> str | None:
@@ -142,40 +144,57 @@ def _block(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _pasted(block: str) -> dict[str, str]:
-    """What a shell has after the banner's block is pasted into it (the `export` lines; activating the
-    environment is left out)."""
+def _paste(block: str, shell_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The banner's block pasted into a shell whose environment is `shell_env` (the `export` lines; activating
+    the environment is left out); it prints what the shell then has."""
     exports = "\n".join(line for line in block.splitlines() if line.strip().startswith("export "))
-    shell = subprocess.run(["bash", "-c", f"set -e\n{exports}\nenv -0"], env={"PATH": os.environ["PATH"]},
-                           capture_output=True, text=True, timeout=10)
+    return subprocess.run(["bash", "-c", f"set -e\n{exports}\nenv -0"], env=shell_env, capture_output=True,
+                          text=True, timeout=10)
+
+
+def _pasted(block: str, shell_env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a shell has after the banner's block is pasted into it (a shell with only PATH unless told)."""
+    shell = _paste(block, shell_env or {"PATH": os.environ["PATH"]})
     assert shell.returncode == 0 and not shell.stderr, shell.stderr
     return dict(item.split("=", 1) for item in shell.stdout.split("\0") if "=" in item)
 
 
 def test_the_pasted_block_gives_another_shell_the_same_system() -> None:
-    """Every variable that says which system an application reaches is exported as `run` was given it, quoted
-    for the shell: a Sentinel URL holds `;`, which a shell would take for the end of the command."""
+    """Every variable that says which system an application reaches is in the block: the ones the user gave
+    `run` by name only (a broker URL holds a password, and whatever `run` prints lands in a CI log or a
+    journal), so that a shell of the user's keeps its own and a shell without them stops, naming the one it
+    lacks; what `run` made is exported as it is."""
     from cli.run import Banner, connection_exports
 
     given = {"TASKS_BACKEND_REDIS_SENTINELS": "127.0.0.1:26379,127.0.0.1:26380",
              "TASKS_BACKEND_REDIS_SERVICE": "jobs", "REDIS_URL": "redis://ignored:6379/0",
              "CELERY_BROKER_URL": "amqp://app:p&ss w;rd@127.0.0.1:5672//", "TASKS_BACKEND_KEY_PREFIX": "tb2",
              "TASKS_BACKEND_QUEUE": "jobs2", "TASKS_BACKEND_JOBS": "myapp.jobs,demo.jobs", "PORT": "8000"}
-    block = Banner(port="8000", flower_port="5555", token="t0k", flower_auth="admin:pw",
-                   redis_url=Settings.from_env(given).redis_url, embedded=False,
+    shown = Banner(port="8000", flower_port="5555", token="t0k", flower_auth="admin:pw",
+                   redis_url=Settings.from_env(given).redis_url, redis_source="TASKS_BACKEND_REDIS_SENTINELS",
                    exports=connection_exports(given)).render(1.0)
-    pasted = _pasted(_block(block + "\n") or "")  # printed with click.echo's newline
-    assert "REDIS_URL" not in pasted  # the Sentinels replace it; a stale one would only mislead
-    for name in ("TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "CELERY_BROKER_URL",
-                 "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS"):
+    block = _block(shown + "\n") or ""  # printed with click.echo's newline
+    assert "p&ss w;rd" not in shown
+    assert "REDIS_URL" not in block  # the Sentinels replace it; a stale one would only mislead
+    names = ("TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "CELERY_BROKER_URL",
+             "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS")
+    for name in names:
+        assert name in block and given[name] not in block
+    # A shell of the user's (a profile sets these in every terminal, or the user exports them again) keeps them.
+    pasted = _pasted(block, {"PATH": os.environ["PATH"], **{name: given[name] for name in names}})
+    for name in names:
         assert pasted[name] == given[name]
     assert pasted["TASKS_BACKEND_URL"] == "http://127.0.0.1:8000" and pasted["TASKS_BACKEND_TOKEN"] == "t0k"
     assert Settings.from_env(pasted).redis_url == Settings.from_env(given).redis_url
+    # A shell without them stops at the first it lacks, and says so, rather than reach another system.
+    bare = _paste(block, {"PATH": os.environ["PATH"]})
+    assert bare.returncode != 0
+    assert "TASKS_BACKEND_REDIS_SENTINELS: set it as you did for tasks-backend run" in bare.stderr
 
 
 def test_run_with_sentinels_serves_a_job_an_application_submits_from_the_pasted_block(tmp_path: Path) -> None:
     """No embedded Redis when Sentinels are set: every child finds the primary through them, and an application
-    in a shell that pasted the block submits through `connect_service()` to the same system."""
+    in a shell of the user's that pasted the block submits through `connect_service()` to the same system."""
     group = SentinelGroup(tmp_path / "sentinel").start()
     port, flower_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items()
@@ -189,7 +208,10 @@ def test_run_with_sentinels_serves_a_job_an_application_submits_from_the_pasted_
             proc = subprocess.Popen([sys.executable, "-m", "cli", "run", "--data-dir", str(tmp_path / "data")],
                                     cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            pasted = _pasted(wait_until(lambda: _block(log.read_text()), 90, message="the banner's block"))
+            block = wait_until(lambda: _block(log.read_text()), 90, message="the banner's block")
+            # The user's other terminal has the settings they gave `run`; the block adds the URL and the token.
+            pasted = _pasted(block, {"PATH": os.environ["PATH"], **{name: env[name] for name in (
+                "TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "TASKS_BACKEND_KEY_PREFIX")}})
             assert not (tmp_path / "data").exists()  # no embedded Redis was started
             submit = subprocess.run([sys.executable, "-c", _SUBMIT], cwd=ROOT, capture_output=True, text=True,
                                     env={"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **pasted}, timeout=60)
