@@ -125,6 +125,22 @@ def child_pids(pid: int) -> list[int]:
     return found
 
 
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session `sid`, however they were reparented (a process group of their own, or
+    orphaned by a killed parent, keeps the session). Linux only."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            found.append(int(entry.name))
+    return found
+
+
 def alive(pid: int) -> bool:
     stat = _stat(pid)
     return stat is not None and stat[0] != "Z"
