@@ -82,8 +82,9 @@ class Proc:
 
 
 def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
-                   prefix: Sequence[str] = (), **env: Any) -> Proc:
-    args = [sys.executable, "-m", "cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
+                   prefix: Sequence[str] = (), options: Sequence[str] = (), **env: Any) -> Proc:
+    """`tasks-backend worker`; `options` go before Celery's (`--hand-back-on-stop`)."""
+    args = [sys.executable, "-m", "cli", "worker", *options, "--pool", pool, "--concurrency", str(concurrency),
             "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
     return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log, prefix)
 
