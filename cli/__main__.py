@@ -1,5 +1,6 @@
 """`python -m cli`: the same program as the `tasks-backend` console script."""
 
-from .main import main
+# Absolute: a Celery worker restarted by SIGHUP runs this file again by its path, as a script.
+from cli.main import main
 
 main()

@@ -62,8 +62,11 @@ def web(workers: int, connections: int, threads: int | None, bind: str | None) -
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--hand-back-on-stop", is_flag=True,
+              help="on SIGTERM, hand running jobs back to the queue at their next cancellation point (to resume "
+                   "from their last recorded step) instead of letting them finish")
 @click.pass_context
-def worker(ctx: click.Context) -> None:
+def worker(ctx: click.Context, hand_back_on_stop: bool) -> None:
     """Run a Celery worker (extra arguments go to `celery worker`)."""
     from celery.exceptions import SecurityWarning
 
@@ -71,7 +74,7 @@ def worker(ctx: click.Context) -> None:
 
     if _quiet():
         warnings.filterwarnings("ignore", category=SecurityWarning)
-    sys.exit(start_worker(ctx.args, quiet=_quiet()))
+    sys.exit(start_worker(ctx.args, quiet=_quiet(), hand_back=hand_back_on_stop))
 
 
 @main.command()

@@ -15,6 +15,7 @@ import functools
 import os
 import secrets
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +43,10 @@ CONNECTION_VARIABLES = ("REDIS_URL", "TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BAC
                         "CELERY_BROKER_URL", "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS")
 #: After this long without every child answering, say which ones are still missing (and keep waiting).
 SLOW_START_S = 60.0
+#: How a stop goes (Ctrl-C): what serves first, then the worker (it hands its running jobs back through the
+#: broker and the store), the embedded Redis last; each stage killed after its time, about 10 s in all.
+STOP_STAGES = {"web": (0, 5.0), "sweeper": (0, 5.0), "flower": (0, 5.0), "worker": (1, 5.0)}
+REDIS_STOP_S = 3.0
 
 
 def python_argv(*args: str) -> list[str]:
@@ -103,15 +108,18 @@ def run(data_dir: str) -> None:
     supervisor.install_signal_handlers()
     if redis_server is not None:
         assert redis_server.process is not None
-        supervisor.add("redis", redis_server.spawn, redis_server.process, stop_last=True)
+        supervisor.add("redis", redis_server.spawn, redis_server.process, stop_last=True,
+                       stop_timeout_s=REDIS_STOP_S)
     commands = {
         "web": python_argv("web", "--bind", f"127.0.0.1:{port}"),
-        "worker": python_argv("worker", "--concurrency", "2"),
+        # A Ctrl-C should not wait for what runs: the worker hands its jobs back, to resume on the next start.
+        "worker": python_argv("worker", "--hand-back-on-stop", "--concurrency", "2"),
         "sweeper": python_argv("sweeper"),
         "flower": python_argv("flower", "--address=127.0.0.1"),
     }
     for name, argv in commands.items():
-        supervisor.add(name, functools.partial(_spawn, argv, env))
+        stage, stop_timeout_s = STOP_STAGES[name]
+        supervisor.add(name, functools.partial(_spawn, argv, env), stage=stage, stop_timeout_s=stop_timeout_s)
     settings = Settings.from_env(env)
     made = {"REDIS_URL"} if redis_server is not None else set()
     redis_source = None if redis_server is not None else (
@@ -162,8 +170,12 @@ def ports_in_use(ports: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # A `run` that is killed outright takes its children with it (Linux), as it does the embedded Redis.
-    return subprocess.Popen(argv, env=env, preexec_fn=die_with_parent)
+    # Each child in a process group of its own: the terminal's Ctrl-C (or hang-up) reaches `run` alone, which
+    # stops the children in order, rather than every process at once (Redis first among them).
+    # A `run` that is killed outright takes them with it (Linux) whatever they are doing: a worker waiting on
+    # a job or on an unreachable Redis would not end on SIGTERM (its pool processes die with it in turn).
+    return subprocess.Popen(argv, env=env, process_group=0,
+                            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL))
 
 
 # -- readiness ---------------------------------------------------------------------------------------

@@ -35,13 +35,14 @@ def redis_server_binary() -> str:
     return found
 
 
-def die_with_parent() -> None:
-    """In the child, before exec: on Linux, ask for SIGTERM when the process that started us dies, so a
-    killed `tasks-backend run` or test session leaves no Redis behind (Redis saves its AOF on SIGTERM).
-    Linux sends it when the starting *thread* ends: start the server from a thread that outlives it."""
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child, before exec (or after a fork): on Linux, ask for `sig` when the process that started us
+    dies, so a killed `tasks-backend run` or test session leaves nothing behind. SIGTERM for a Redis (it saves
+    its AOF on SIGTERM); SIGKILL for what must end whatever it is doing (a worker waiting on a job).
+    Linux sends it when the starting *thread* ends: start the process from a thread that outlives it."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        libc.prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -92,8 +93,10 @@ class EmbeddedRedis:
                 # Job event feeds are short streams: see docker-compose.yml.
                 "--stream-node-max-bytes", "1024",
                 "--logfile", str(Path(self.data_dir) / "redis.log"), *self.extra_args]
+        # A process group of its own: a Ctrl-C in the terminal reaches the program that started it, which
+        # stops it after what still writes to it (`tasks-backend run`), not the server at once.
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        preexec_fn=die_with_parent)
+                                        process_group=0, preexec_fn=die_with_parent)
         return self.process
 
     def stop(self, *, kill: bool = False) -> None:

@@ -3,7 +3,9 @@
 Delivery is at least once, so this is where "runs once" is made: a claim is a lease with a fencing
 token, every write carries the token (a worker that lost its lease can change nothing), recorded
 steps and answers are replayed instead of re-run, and a job that waits for a person returns its
-worker to the pool.
+worker to the pool. A worker that stops hands its running jobs back to the queue at their next
+cancellation point, so that they resume at once elsewhere (or on its next start) from their last
+recorded step, rather than when their lease lapses.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class JobCancelled(BaseException):
 
 class LeaseLost(BaseException):
     """This worker no longer holds the job (its lease lapsed, or the job expired or finished)."""
+
+
+class HandedBack(BaseException):
+    """Raised at a cancellation point once this worker is stopping: the job goes back to the queue."""
 
 
 class _Parked(BaseException):
@@ -135,6 +141,8 @@ class JobContext:
         self.attempt = record.attempts  # the claim already counted this run
         self._last_progress = 0.0
         self._last_check = 0.0
+        #: The job was told it should stop because its worker is: whatever it returns is not its result.
+        self.told_to_stop = False
 
     # -- progress and cancellation ----------------------------------------------
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
@@ -156,6 +164,9 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
+        if self._executor.stopping.is_set():
+            self.told_to_stop = True
+            return True
         if self._keeper.cancelled.is_set() or self._keeper.lost.is_set():
             return True
         if time.monotonic() - self._last_check > 0.05:
@@ -171,6 +182,8 @@ class JobContext:
         if self.cancelled:
             if self._keeper.cancelled.is_set():
                 raise JobCancelled()
+            if self.told_to_stop:
+                raise HandedBack()
             raise LeaseLost()
 
     # -- durability --------------------------------------------------------------
@@ -235,6 +248,9 @@ class Executor:
         self.lease_ms = int(settings.lease_s * 1000)
         self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
         self.stats = JobStats(store)
+        #: Set when this process's worker stops: running jobs are handed back at their next cancellation point.
+        self.stopping = threading.Event()
+        self._running: dict[str, JobRecord] = {}
         self._finished: list[str] = []
         self._finished_lock = threading.Lock()
 
@@ -260,10 +276,22 @@ class Executor:
         if outcome != "ok" or record is None:
             return outcome
         lease = self.keeper.hold(job_id, record.token)
+        with self._finished_lock:
+            self._running[job_id] = record
         try:
             return self._execute(record, record.token, lease)
         finally:
+            with self._finished_lock:
+                self._running.pop(job_id, None)
             self.keeper.release(lease)
+
+    def hand_back_overdue(self) -> list[str]:
+        """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they
+        reached no cancellation point (a long computation, a blocking call). The move is fenced by each run's
+        token, so the run, if it ever goes on, can record nothing more. Returns the ids handed back."""
+        with self._finished_lock:
+            running = list(self._running.values())
+        return [r.id for r in running if self._hand_back(r, r.token) == "handed back"]
 
     def _execute(self, record: JobRecord, token: int, keeper: Lease) -> str:
         ctx = JobContext(self, record, token, keeper)
@@ -272,7 +300,11 @@ class Executor:
             spec = self.registry.get(record.operation)
             params = spec.load_params(record.params)
             result = spec.fn(ctx, **params)
+            if ctx.told_to_stop:  # it saw `cancelled` and returned early: what it returned is not its result
+                raise HandedBack()
             encoded = json.dumps(result)
+        except HandedBack:
+            return self._hand_back(record, token)
         except _Parked as parked:
             return self._finish(record, token, JobState.INPUT_REQUIRED, {
                 "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
@@ -310,6 +342,22 @@ class Executor:
                 with contextlib.suppress(StoreUnavailable):
                     self.store.schedule_sweep(record.id, int(1000 * delay))
         return outcome
+
+    def _hand_back(self, record: JobRecord, token: int) -> str:
+        """This worker is stopping: the job goes back to the queue now, not when its lease lapses, and is
+        published again (the broker outlives the workers in an orderly stop). Its recorded steps and answers
+        stay, so it resumes from the last one; this run is not counted as an attempt, since no worker was
+        lost. Fenced by the token like every write, and replay-safe like every transition."""
+        outcome = self._finish(record, token, JobState.QUEUED, {
+            "attempts": str(max(0, record.attempts - 1)), "lease": "", "worker": "",
+            "msg": "Handed back by a stopping worker; it resumes from its last recorded step."},
+            sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+        if outcome != JobState.QUEUED:
+            return outcome
+        # Unpublished, it is republished by the sweeper from the entry the move wrote, after the grace.
+        with contextlib.suppress(DispatchUnavailable):
+            self.dispatcher.publish(record.id, record.operation)
+        return "handed back"  # the runner task logs it
 
     def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str],
                 sweep_in_ms: int | None = None) -> str:

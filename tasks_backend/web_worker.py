@@ -49,7 +49,8 @@ class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
         # and blocking sends end now rather than holding the process for its graceful timeout. Out of the
         # signal handler, as gunicorn does for SIGQUIT.
         super().handle_exit(sig, frame)
-        runtime = getattr(self.wsgi, "extensions", {}).get("tasks_backend")
+        # A worker asked to stop while it boots (a reload, a stop right after a start) has no app loaded yet.
+        runtime = getattr(getattr(self, "wsgi", None), "extensions", {}).get("tasks_backend")
         if runtime is not None:
             gevent.spawn(runtime.stop_streams)
 

@@ -30,14 +30,21 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
         app.conf.broker_transport = transport  # a lost broker is reconnected to, not fatal: see broker.py
     lock = threading.Lock()
     holder: dict[str, Runtime] = {}
+    # Set when this process's worker stops (workers.stopping): the executor hands its running jobs back.
+    stopping = threading.Event()
 
     def runtime() -> Runtime:
         with lock:
             if "rt" not in holder:
-                holder["rt"] = build_runtime(settings, celery_app=app)
+                rt = build_runtime(settings, celery_app=app)
+                rt.executor().stopping = stopping
+                holder["rt"] = rt
             return holder["rt"]
 
     app.tasks_backend_runtime = runtime  # type: ignore[attr-defined]
+    app.tasks_backend_stopping = stopping  # type: ignore[attr-defined]
+    # This process's executor if it ever ran a job (nothing to hand back otherwise).
+    app.tasks_backend_executor = lambda: holder["rt"].executor() if "rt" in holder else None  # type: ignore[attr-defined]
 
     def flush(**_: Any) -> None:
         """Write the last second's deferred metrics and schedule cleanup before the process goes."""

@@ -116,3 +116,21 @@ def guard_metrics() -> None:
     for index, handler in enumerate(urls.handlers):
         if isinstance(handler, tuple) and handler[0] == r"/metrics":
             urls.handlers[index] = (r"/metrics", AuthenticatedMetrics)
+
+
+def quiet_stop() -> None:
+    """Flower stops on SIGTERM without a word or a traceback.
+
+    Its own handler logs the signal's number and raises SystemExit wherever the main thread is; a second
+    SIGTERM, or one that comes while the interpreter is already exiting (joining its thread pool), printed
+    the SystemExit's traceback. The handler Flower installs is looked up when it starts, so it is replaced
+    before that: the first SIGTERM ends the IO loop (Flower then stops its app), any later one is ignored."""
+    import signal
+
+    from flower import command
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    command.sigterm_handler = stop

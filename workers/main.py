@@ -10,17 +10,20 @@ from celery import signals
 
 from tasks_backend.config import Settings
 
-from . import push
+from . import push, stopping
 from .celery_app import create_celery
-from .flower import guard_metrics, progress_display
+from .flower import guard_metrics, progress_display, quiet_stop
 
 
-def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, quiet: bool = False) -> int:
+def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, quiet: bool = False,
+                 hand_back: bool = False) -> int:
     """Run a worker until it stops; return its exit status (non-zero when it gave up, e.g. on the broker).
-    `quiet` leaves out Celery's start-up banner."""
+    `quiet` leaves out Celery's start-up banner and its stop line; `hand_back`: a stop hands running jobs back
+    to the queue rather than waiting for them (see `workers.stopping`)."""
     settings = settings or Settings.from_env()
     app = create_celery(settings)
     push.install(app, settings)
+    stopping.install(app, quiet=quiet, hand_back=hand_back)
     # `app.worker_main` (and `app.start`) drop the worker's exit status: a worker that gave up (broker
     # retries exhausted, an unrecoverable error) would exit 0, and a supervisor that restarts on failure
     # only (systemd's Restart=on-failure) would never bring it back. Read it from the worker itself.
@@ -39,6 +42,7 @@ def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> 
     from flower.options import options  # defines Flower's options (format_task among them)
 
     guard_metrics()
+    quiet_stop()
     options.format_task = progress_display(settings)  # a `--format_task` given on the command line wins
     app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])

@@ -97,6 +97,14 @@ def spin(ctx: JobContext, ledger: str) -> dict[str, Any]:
         time.sleep(0.01)
 
 
+@job("test.stubborn", params=SpinParams, ttl=600, poll_interval=0.1)
+def stubborn(ctx: JobContext, ledger: str) -> dict[str, Any]:
+    """Runs for ever without a cancellation point (a computation that never looks up); records that it started."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    while True:
+        time.sleep(0.05)
+
+
 class AskTwiceParams(Schema):
     ledger = fields.String(required=True)
 

@@ -82,8 +82,9 @@ class Proc:
 
 
 def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
-                   prefix: Sequence[str] = (), **env: Any) -> Proc:
-    args = [sys.executable, "-m", "cli", "worker", "--pool", pool, "--concurrency", str(concurrency),
+                   prefix: Sequence[str] = (), options: Sequence[str] = (), **env: Any) -> Proc:
+    """`tasks-backend worker`; `options` go before Celery's (`--hand-back-on-stop`)."""
+    args = [sys.executable, "-m", "cli", "worker", *options, "--pool", pool, "--concurrency", str(concurrency),
             "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
     return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log, prefix)
 
@@ -121,6 +122,22 @@ def child_pids(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) and stat[1] == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session `sid`, however they were reparented (a process group of their own, or
+    orphaned by a killed parent, keeps the session). Linux only."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
             found.append(int(entry.name))
     return found
 

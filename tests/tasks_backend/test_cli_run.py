@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -15,7 +16,7 @@ import httpx
 from tasks_backend.config import Settings
 from tasks_backend.embedded import free_port
 from tests.conftest import wait_until
-from tests.support.procs import ROOT, service_pids
+from tests.support.procs import ROOT, service_pids, session_pids
 from tests.support.sentinel import SERVICE, SentinelGroup
 
 
@@ -75,8 +76,6 @@ def test_run_serves_a_demo_job_with_an_embedded_redis(tmp_path: Path) -> None:
             proc.wait(60)
         finally:
             leftovers = _group_alive(proc.pid)
-            if leftovers:
-                os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, log.read_text()[-3000:]
     assert not leftovers, "processes outlived `tasks-backend run`"
     assert (tmp_path / "data" / "redis").is_dir()
@@ -106,17 +105,15 @@ def _get(url: str, headers: dict[str, str]) -> str | None:
     return str(reply.json()["status"]) if reply.status_code == 200 else None
 
 
-def _group_alive(pgid: int) -> bool:
-    def gone() -> bool:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
+def _group_alive(sid: int) -> bool:
+    """Whether anything of the session `run` was started in outlived it (its children each have a process group
+    of their own); what did is killed."""
     try:
-        wait_until(gone, 30, interval=0.1, message="the process group to exit")
+        wait_until(lambda: not session_pids(sid), 30, interval=0.1, message="the session to exit")
     except AssertionError:
+        for pid in session_pids(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         return True
     return False
 
@@ -222,8 +219,7 @@ def test_run_with_sentinels_serves_a_job_an_application_submits_from_the_pasted_
             try:
                 proc.wait(60)
             finally:
-                if _group_alive(proc.pid):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _group_alive(proc.pid)
         assert proc.returncode == 0, log.read_text()[-3000:]
     finally:
         group.stop()

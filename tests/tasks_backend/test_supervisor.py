@@ -109,3 +109,31 @@ def test_exit_statuses_are_described_as_a_person_reads_them() -> None:
     assert describe(0) == "status 0"
     assert describe(2) == "status 2"
     assert describe(-signal.SIGKILL) == "signal SIGKILL"
+
+
+def test_a_child_that_does_not_stop_is_killed_at_its_time_and_a_second_signal_kills_at_once(
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """Stages stop in order, each child within its own time; a second stop signal stops waiting."""
+    caplog.set_level(logging.INFO, logger="tasks_backend.supervisor")
+    stubborn = ("import pathlib, signal, sys, time\n"
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                "pathlib.Path(sys.argv[1]).touch()\n"
+                "while True: time.sleep(0.05)\n")
+    sup = Supervisor(poll_s=0.02)
+    first = sup.add("first", lambda: python(stubborn, str(tmp_path / "first")), stop_timeout_s=0.5)
+    second = sup.add("second", lambda: python(stubborn, str(tmp_path / "second")), stage=1, stop_timeout_s=600)
+    wait_until(lambda: (tmp_path / "first").exists() and (tmp_path / "second").exists(), 20,
+               message="the children to ignore SIGTERM")
+    stopper = threading.Thread(target=sup.stop_all)
+    stopper.start()
+    wait_until(lambda: any(r.getMessage().startswith("first (pid") for r in caplog.records), 20,
+               message="the first stage to end")
+    sup._on_signal()  # the first Ctrl-C (stopping already set by run) ...
+    sup._on_signal()  # ... and the second: the 600 s of the second stage are not waited out
+    stopper.join(20)
+    assert not stopper.is_alive()
+    lines = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(r"first \(pid \d+\) killed: it had not stopped [\d.]+s after SIGTERM", lines[0])
+    assert re.fullmatch(r"second \(pid \d+\) killed: it had not stopped [\d.]+s after SIGTERM", lines[1])
+    assert first.proc is not None and first.proc.returncode == -signal.SIGKILL
+    assert second.proc is not None and second.proc.returncode == -signal.SIGKILL

@@ -102,6 +102,26 @@ def run_to_gate(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
     return record.id, ledger, gate
 
 
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_worker_told_to_hand_back_on_stop_returns_its_running_job_to_the_queue_at_once(
+        cluster: Cluster, tmp_path: Path, pool: str) -> None:
+    """`--hand-back-on-stop` (what `tasks-backend run` starts): SIGTERM hands the running job back at its next
+    cancellation point, not counted as an attempt, and another worker resumes it from its last recorded step."""
+    old = cluster.worker("old", pool=pool, concurrency=1, options=["--hand-back-on-stop"])
+    job_id, ledger, gate = run_to_gate(cluster, tmp_path)
+    os.kill(old.pid, signal.SIGTERM)
+    old.popen.wait(30)  # it does not wait for the job, which waits for a gate nobody opens
+    assert old.popen.returncode == 0, old.output()[-3000:]
+    record = cluster.runtime.store.get(job_id)  # no sweeper runs: only the hand-back can have queued it
+    assert record is not None and record.state is JobState.QUEUED and record.attempts == 0, record
+    cluster.worker("new", concurrency=1)
+    wait_until(lambda: len(starts(ledger)) == 2, 30, message="the job to start again on the new worker")
+    open_gate(gate, 1)
+    open_gate(gate, 2)
+    wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
+    assert effects(ledger) == [0, 1, 2]
+
+
 def test_sigkill_of_the_pool_process_resumes_with_each_effect_once(cluster: Cluster, tmp_path: Path) -> None:
     cluster.worker("w1", concurrency=1)
     cluster.sweeper()
