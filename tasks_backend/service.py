@@ -33,7 +33,7 @@ from .errors import (
     JobNotFound,
     NotWaitingForInput,
 )
-from .registry import Registry
+from .registry import Operations
 from .states import STATES_FOR_STATUS
 from .store import Event, ListPush, RedisStore
 from .validation import answer_problems
@@ -125,9 +125,10 @@ def as_principal(who: Principal | str) -> Principal:
 
 
 class JobService:
-    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+    def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None) -> None:
         self.store = store
+        #: What submits are checked against: the job modules' registry, or what the workers published.
         self.registry = registry
         self.dispatcher = dispatcher
         self.settings = settings
