@@ -24,6 +24,7 @@ from tasks_backend.limits import Held, StreamSlot
 from tasks_backend.push import PushStore, resolve_target
 from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
+from tasks_backend.views import wire_json
 
 from . import a2a_wire as wire
 from . import jsonrpc, sse
@@ -158,7 +159,7 @@ def handle_post(raw: bytes, version: str, principal: Principal, runtime: Runtime
 
 def payload(body: dict[str, Any]) -> bytes:
     """A reply's bytes, the same on both paths."""
-    return json.dumps(body, separators=(",", ":")).encode()
+    return wire_json(body)
 
 
 def reply(body: dict[str, Any]) -> Response:

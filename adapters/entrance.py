@@ -22,7 +22,6 @@ JSON-RPC error (id null) with the same status and headers on `/mcp` and `/a2a`.
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import re
@@ -42,6 +41,7 @@ from tasks_backend.errors import (
     Unauthenticated,
 )
 from tasks_backend.runtime import Runtime
+from tasks_backend.views import wire_json
 
 from . import jsonrpc, protocol
 from .fast_path import FastRoutes
@@ -243,12 +243,12 @@ class Entrance:
         status, problem, headers = error_parts(exc)
         codes = self.rpc_codes.get(environ.get("PATH_INFO", ""))
         if codes is None:
-            return _respond(start, status, json.dumps(problem).encode(), [("Content-Type", PROBLEM_JSON), *headers])
+            return _respond(start, status, wire_json(problem), [("Content-Type", PROBLEM_JSON), *headers])
         if isinstance(exc, TasksBackendError):
             body = jsonrpc.error_for(None, exc, codes)
         else:  # already logged by error_parts; nothing about it reaches the caller
             body = jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "Internal error")
-        return _respond(start, status, json.dumps(body).encode(), [("Content-Type", "application/json"), *headers])
+        return _respond(start, status, wire_json(body), [("Content-Type", "application/json"), *headers])
 
 
 def _respond(start: StartResponse, status: int, payload: bytes, headers: list[tuple[str, str]]) -> list[bytes]:

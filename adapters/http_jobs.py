@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +13,7 @@ from tasks_backend.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.errors import BadRequest
 from tasks_backend.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.service import JobService
-from tasks_backend.views import detailed, handle
+from tasks_backend.views import detailed, handle, wire_json
 
 from . import body, sse
 from .protocol import Adapter
@@ -52,8 +51,8 @@ def _retry_after(record: JobRecord) -> str:
 def handle_body(record: JobRecord, body: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, str]]]:
     """A handle's JSON and its headers (`Retry-After` while the job is not finished).
 
-    Straight to json.dumps: this is the poll path, and Flask's jsonify costs several times more."""
-    payload = json.dumps(body if body is not None else detailed(record), separators=(",", ":")).encode()
+    Straight to `wire_json`: this is the poll path, and Flask's jsonify costs several times more."""
+    payload = wire_json(body if body is not None else detailed(record))
     return payload, ([] if record.terminal else [("Retry-After", _retry_after(record))])
 
 

@@ -12,7 +12,6 @@ errors travel with 200. Errors in the envelope itself (not JSON, not JSON-RPC) a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ from tasks_backend.errors import (
     TasksBackendError,
 )
 from tasks_backend.runtime import Runtime
+from tasks_backend.views import wire_json
 
 from . import jsonrpc, mcp_2025, mcp_2026, problems
 from .mcp_tools import (
@@ -76,7 +76,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> bytes:
-        return b"" if self.body is None else json.dumps(self.body, separators=(",", ":")).encode()
+        return b"" if self.body is None else wire_json(self.body)
 
 
 @bp.post("/mcp")

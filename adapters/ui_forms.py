@@ -31,6 +31,8 @@ class FormField:
     options: list[tuple[str, str]] = field(default_factory=list)  # (value, label) for choices
     default: str | None = None
     hint: str | None = None  # the constraints in words, for everyone (and screen readers)
+    #: Left empty, the answer is null (`"type": [..., "null"]`); such a field is never `required` in the form.
+    nullable: bool = False
 
     @property
     def dom_id(self) -> str:
@@ -64,7 +66,8 @@ def fields_of(key: str, schema: dict[str, Any]) -> list[FormField]:
 def _choices(prop: dict[str, Any]) -> list[tuple[str, str]] | None:
     if isinstance(prop.get("enum"), list):
         names = prop["enumNames"] if isinstance(prop.get("enumNames"), list) else []
-        return [(str(v), str(names[i]) if i < len(names) else str(v)) for i, v in enumerate(prop["enum"])]
+        return [(str(v), str(names[i]) if i < len(names) else str(v)) for i, v in enumerate(prop["enum"])
+                if v is not None]  # null is the field left empty (see `_kind`)
     for combo in ("oneOf", "anyOf"):  # titled single-select enums: [{"const": ..., "title": ...}]
         items = prop.get(combo)
         if isinstance(items, list) and items and all(isinstance(i, dict) and "const" in i for i in items):
@@ -72,10 +75,20 @@ def _choices(prop: dict[str, Any]) -> list[tuple[str, str]] | None:
     return None
 
 
+def _kind(prop: dict[str, Any]) -> tuple[str, bool]:
+    """The field's kind and whether it may be null: `"type": ["string", "null"]` (a marshmallow field with
+    `allow_none=True`) is a string field that may be left empty."""
+    declared = prop.get("type") or "string"
+    if not isinstance(declared, list):
+        return str(declared), False
+    kinds = [str(k) for k in declared if k != "null"]
+    return (kinds[0] if len(kinds) == 1 else "unsupported"), len(kinds) < len(declared)
+
+
 def _field(key: str, name: str, prop: dict[str, Any], required: bool) -> FormField:
-    kind = str(prop.get("type") or "string")
+    kind, nullable = _kind(prop)
     out = FormField(name=name, input_name=f"{key}.{name}", kind=kind, label=str(prop.get("title") or name),
-                    description=prop.get("description"), required=required)
+                    description=prop.get("description"), required=required and not nullable, nullable=nullable)
     if "default" in prop:
         out.default = _text(prop["default"])
     hints: list[str] = []
@@ -104,6 +117,8 @@ def _field(key: str, name: str, prop: dict[str, Any], required: bool) -> FormFie
             hints.append(f"format: {prop['format']}")
     elif kind != "boolean":
         out.kind = "unsupported"
+    if nullable and out.kind != "unsupported":
+        hints.append("may be left empty")
     hint = "; ".join(hints)
     out.hint = f"{hint[:1].upper()}{hint[1:]}." if hint else None
     return out
@@ -137,6 +152,9 @@ def answers_from_form(questions: list[Question], form: MultiDict[str, str]) -> d
         content: dict[str, Any] = {}
         for f in q.fields:
             raw = form.get(f.input_name)
+            if f.nullable and not raw:
+                content[f.name] = None  # left empty: null, which the question allows
+                continue
             if raw is None or (raw == "" and f.kind != "string"):
                 continue  # not answered: the service decides whether it was required
             if raw == "" and not f.required:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -275,16 +276,38 @@ def list_jobs(client: Client, status_: str | None, limit: int, cursor: str | Non
         if more:
             click.echo(more, err=True)
         return
-    # Ids, names and states are never cut; only the free-text message gives way to a narrow terminal.
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(3)]
-    table = Table(*(Column(name, no_wrap=True, min_width=w) for name, w in zip(header, widths, strict=False)),
-                  Column("statusMessage", overflow="ellipsis", ratio=1), Column("lastUpdatedAt", no_wrap=True))
-    for row in rows:
-        table.add_row(*row)
     out = _out()
-    out.print(table)
+    out.print(_jobs_table(header, rows, out.width))
     if more:
         out.print(more)
+
+
+#: The least room the message gets beside the other columns before each job takes two lines.
+MIN_MESSAGE_WIDTH = 16
+
+
+Row = tuple[str, str, str, str, str]  # taskId, operation, status, statusMessage, lastUpdatedAt
+
+
+def _jobs_table(header: Row, rows: list[Row], width: int) -> Table:
+    """Ids, names, states and times whole, never cut; only the free-text message gives way. One line a job
+    where that leaves the message room; in a narrower terminal (80 columns), two, so that it still does."""
+    whole = {i: max(len(r[i]) for r in (header, *rows)) for i in (0, 1, 2, 4)}
+    # No frame: columns are set apart by three spaces (a divider and the padding), nothing at the edges.
+    look: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False}
+    if sum(whole.values()) + 3 * 4 + MIN_MESSAGE_WIDTH <= width:
+        table = Table(*(Column(header[i], no_wrap=True, min_width=whole[i]) for i in (0, 1, 2)),
+                      Column(header[3], overflow="ellipsis", ratio=1),
+                      Column(header[4], no_wrap=True, min_width=whole[4]), **look)
+        for row in rows:
+            table.add_row(*row)
+        return table
+    table = Table(Column(f"{header[0]}\n{header[1]}", no_wrap=True, min_width=max(whole[0], whole[1])),
+                  Column(f"{header[2]}\n{header[4]}", no_wrap=True, min_width=max(whole[2], whole[4])),
+                  Column(header[3], overflow="fold", ratio=1), show_lines=True, **look)  # a blank line between jobs
+    for job_id, operation, state, message, updated in rows:
+        table.add_row(f"{job_id}\n{operation}", f"{state}\n{updated}", message)
+    return table
 
 
 @click.command()

@@ -99,6 +99,11 @@ class Keys:
         Redis, next to the list; see `RedisDispatcher`)."""
         return f"{self.prefix}:pushes:{queue}"
 
+    def operations(self) -> str:
+        """The operations the workers run, as they last published them (hash: name -> publish time and entry;
+        see `catalog`): what an application that submits without the job code checks params against."""
+        return f"{self.prefix}:operations"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
 

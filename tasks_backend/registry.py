@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
@@ -59,6 +59,26 @@ class JobSpec:
     def dump_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Loaded params back to JSON-safe values (for storage)."""
         return dict(self._schema.dump(params))
+
+
+class Operation(Protocol):
+    """What a submit needs of an operation: a `JobSpec`, or one a worker published (`catalog`)."""
+
+    @property
+    def ttl_s(self) -> float | None: ...
+
+    @property
+    def poll_interval_s(self) -> float | None: ...
+
+    def load_params(self, raw: Any) -> dict[str, Any]: ...
+
+    def dump_params(self, params: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class Operations(Protocol):
+    """Where a submit looks an operation up: a `Registry`, or the operations the workers published."""
+
+    def get(self, name: str) -> Operation: ...
 
 
 def _strict_integers(schema: Schema) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -10,6 +11,7 @@ from celery import Celery
 
 from .amqp import is_amqp
 from .auth import Authenticator
+from .catalog import PublishedOperations
 from .cluster import ScriptingCluster
 from .config import Settings
 from .dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatcher
@@ -20,10 +22,12 @@ from .failover import is_sentinel_url
 from .keys import Keys
 from .limits import Gate, LimitedJobService, Limiter
 from .push import PushStore
-from .registry import Registry
+from .registry import JobModuleNotFound, Registry
 from .service import JobService
 from .store import RedisStore, connect
 from .sweeper import Sweeper
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,7 +103,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     limit_connections(client, settings.redis_max_connections)
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000),
                        replicas=(settings.submit_replicas, int(settings.submit_replicas_timeout_s * 1000)))
-    registry = registry or Registry.from_modules(settings.job_modules)
+    registry = registry if registry is not None else Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     limiter = Limiter(client, store.keys, settings)
     service = LimitedJobService(store, registry, dispatcher, settings, limiter)
@@ -133,14 +137,26 @@ def connect_service(settings: Settings | None = None) -> JobService:
     """The in-process API for existing applications: the same service the HTTP API uses.
 
     It asks Redis once: an application that runs with the wrong settings hears which URL it tried (and which
-    variable sets it) at once, rather than "the job store is unreachable" at its first call."""
-    runtime = build_runtime(settings)
+    variable sets it) at once, rather than "the job store is unreachable" at its first call.
+
+    An application only submits and waits: the workers run the jobs. When it cannot import the job modules that
+    `TASKS_BACKEND_JOBS` names (they live with the workers), its submits are checked against the operations the
+    workers published (`catalog`), as Celery's `send_task` sends by name without the task's code."""
+    settings = settings or Settings.from_env()
+    try:
+        registry: Registry | None = Registry.from_modules(settings.job_modules)
+    except JobModuleNotFound as exc:
+        log.info("%s Submits are checked against the operations the workers published.", exc)
+        registry = None
+    runtime = build_runtime(settings, registry=Registry() if registry is None else registry)
     try:
         runtime.store.redis.ping()
     except redis.RedisError as exc:
         url = redact_url(runtime.settings.redis_url)
         raise StoreUnavailable(f"The job store at {url} is unreachable ({exc}); set REDIS_URL to the Redis "
                                "the server uses.") from exc
+    if registry is None:
+        runtime.service.registry = PublishedOperations(runtime.store.redis, runtime.store.keys)
     return runtime.service
 
 

@@ -33,9 +33,10 @@ from .errors import (
     JobNotFound,
     NotWaitingForInput,
 )
-from .registry import Registry
+from .registry import Operations
 from .states import STATES_FOR_STATUS
 from .store import Event, ListPush, RedisStore
+from .validation import answer_problems
 
 log = logging.getLogger(__name__)
 
@@ -108,30 +109,14 @@ def normalize_answer(value: Any) -> dict[str, Any]:
     return {"action": "accept", "content": value}
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "boolean": (bool,), "object": (dict,), "array": (list,),
-    "number": (int, float), "integer": (int,),
-}
-
-
 def check_answer(schema: dict[str, Any], answer: dict[str, Any]) -> list[str]:
-    """The problems of an accepted answer against the flat form schema elicitation allows."""
+    """The problems of an accepted answer against exactly the schema the job asked with (JSON Schema)."""
     if answer["action"] != "accept":
         return []
     content = answer.get("content")
     if not isinstance(content, dict):
         return ["the answer must be a JSON object"]
-    problems = [f"{name}: required" for name in schema.get("required", []) if name not in content]
-    for name, prop in (schema.get("properties") or {}).items():
-        expected = _JSON_TYPES.get(prop.get("type", ""))
-        value = content.get(name)
-        if name in content and expected is not None and (
-            not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
-        ):
-            problems.append(f"{name}: must be {prop['type']}")
-        elif name in content and "enum" in prop and value not in prop["enum"]:
-            problems.append(f"{name}: must be one of {prop['enum']}")
-    return problems
+    return answer_problems(schema, content)
 
 
 def as_principal(who: Principal | str) -> Principal:
@@ -140,9 +125,10 @@ def as_principal(who: Principal | str) -> Principal:
 
 
 class JobService:
-    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+    def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None) -> None:
         self.store = store
+        #: What submits are checked against: the job modules' registry, or what the workers published.
         self.registry = registry
         self.dispatcher = dispatcher
         self.settings = settings

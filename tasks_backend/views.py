@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .domain import JobRecord, JobState, rfc3339
@@ -36,3 +37,9 @@ def detailed(record: JobRecord) -> dict[str, Any]:
     elif record.state is JobState.INPUT_REQUIRED:
         out["inputRequests"] = record.input_requests or {}
     return out
+
+
+def wire_json(value: Any) -> bytes:
+    """A JSON answer's body, the same for every answer, errors included: compact, and ending with a newline (so
+    that a shell prompt after `curl` starts on a line of its own)."""
+    return json.dumps(value, separators=(",", ":")).encode() + b"\n"

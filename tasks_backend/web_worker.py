@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import warnings
 from http import HTTPStatus
 from typing import Any
@@ -25,6 +24,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from .config import Settings
 from .errors import PROBLEM_TYPE_BASE
+from .views import wire_json
 
 
 class DeadlineGeventWorker(GeventWorker):  # type: ignore[misc]
@@ -115,7 +115,7 @@ _PARSE_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
 
 def _send_problem(sock: Any, status: int, problem_type: str, detail: str) -> None:
     phrase = HTTPStatus(status).phrase
-    body = json.dumps({"type": problem_type, "title": phrase, "status": status, "detail": detail}).encode()
+    body = wire_json({"type": problem_type, "title": phrase, "status": status, "detail": detail})
     head = (f"HTTP/1.1 {status} {phrase}\r\nContent-Type: application/problem+json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
     with contextlib.suppress(OSError):

@@ -160,6 +160,11 @@ def test_readme_console_examples_run_as_shown(tmp_path: Path) -> None:
         print("slowest steps:", *(f"{s:6.1f}s  {c}" for s, c in sorted(durations, reverse=True)[:8]), sep="\n")
     leftovers = [s.pid for s in servers if s.alive()]
     assert not leftovers, f"process groups outlived their Ctrl-C: {leftovers}"
+    # What a walkthrough writes in the checkout is ignored by git: nothing of it can be committed by mistake.
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone, check=True,
+                            capture_output=True, text=True).stdout.splitlines()
+    left = [line for line in status if line[3:].rstrip("/") not in (".venv-mcp26", ".venv-mcp25")]
+    assert left == [], "following the README left files that git does not ignore:\n" + "\n".join(left)
 
 
 def _wait_for_output(server: Background, step: Step, as_shown: object, where: str) -> dict[str, str]:

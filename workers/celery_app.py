@@ -13,6 +13,7 @@ from tasks_backend.config import Settings
 from tasks_backend.dispatch import RUN_TASK, celery_config
 from tasks_backend.runtime import Runtime, build_runtime
 
+from . import operations
 from .broker import worker_transport
 from .flower import JobFailedOutcome, celery_outcome
 
@@ -66,6 +67,8 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
         return celery_outcome(outcome, functools.partial(_error_message, runtime(), job_id),
                               functools.partial(self.send_event, "task-revoked", terminated=False, expired=False))
 
+    if consumer:
+        operations.install(app, settings)  # what an application that only submits checks against
     return app
 
 

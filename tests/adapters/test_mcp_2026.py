@@ -98,6 +98,19 @@ def test_input_requests_answered_with_update(alice: Modern) -> None:
         "resultType": "complete", "_meta": ack["_meta"]}
 
 
+def test_a_question_with_nullable_fields_is_answered_with_update(alice: Modern) -> None:
+    """A wrong answer to a nullable field is invalid params (it was an internal error); null is an answer."""
+    created = alice.result("tools/call", {"name": "test.ask_nullable", "arguments": {}})
+    settle(alice, created["taskId"], "input_required")
+    bad = alice.error("tasks/update", {"taskId": created["taskId"], "inputResponses": {
+        "note": {"action": "accept", "content": {"note": ["a list"], "copies": 1}}}})
+    assert bad["code"] == -32602 and bad["data"]["errors"] == {"note": ["note: must be string or null"]}
+    alice.result("tasks/update", {"taskId": created["taskId"], "inputResponses": {
+        "note": {"action": "accept", "content": {"note": "thanks", "copies": None}}}})
+    done = settle(alice, created["taskId"], "completed")
+    assert done["result"]["structuredContent"] == {"note": "thanks", "copies": None}
+
+
 def test_cancel_acknowledges_even_when_terminal(alice: Modern) -> None:
     created = alice.result("tools/call", {"name": "demo.sleep", "arguments": {"seconds": 120, "steps": 1200}})
     settle(alice, created["taskId"], "working")

@@ -219,6 +219,28 @@ def test_every_kind_of_question_as_a_form_on_the_jobs_page(page: Any, live_url: 
     assert result == {"speed": "express", "boxes": 3, "weight": 2.5, "email": "ops@example.com", "gift": True}
 
 
+def test_a_question_with_nullable_fields_is_answered_on_the_jobs_page(page: Any, live_url: str,
+                                                                     person: tuple[str, str]) -> None:
+    """`"type": ["string", "null"]` (marshmallow's `allow_none=True`) is a field like any other, which may be left
+    empty: left empty, the answer is null."""
+    sign_in(page, person[1])
+    job_id = submit(live_url, person[1], "test.ask_nullable", {})
+    wait_status(live_url, person[1], job_id, "input_required")
+    page.goto(f"/ui/jobs/{job_id}")
+    form = page.locator("form.questions")
+    assert "cannot be answered here" not in form.inner_text()
+    note, copies = form.get_by_label("note"), form.get_by_label("copies")
+    assert (note.get_attribute("type"), note.get_attribute("required")) == ("text", None)
+    assert (copies.get_attribute("type"), copies.get_attribute("required")) == ("number", None)
+    assert copies.evaluate("e => document.getElementById(e.getAttribute('aria-describedby').split(' ')[1])"
+                           ".textContent") == "A whole number; may be left empty."
+    note.fill("leave it at the door")
+    form.get_by_role("button", name="Send answer").click()
+    page.wait_for_url(f"**/ui/jobs/{job_id}?notice=answered")
+    result = wait_status(live_url, person[1], job_id, "completed")["result"]
+    assert result == {"note": "leave it at the door", "copies": None}
+
+
 def test_cancel_a_job_from_its_page(page: Any, live_url: str, person: tuple[str, str]) -> None:
     sign_in(page, person[1])
     job_id = submit(live_url, person[1], "demo.sleep", {"seconds": 60, "steps": 60})

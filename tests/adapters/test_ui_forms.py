@@ -50,3 +50,18 @@ def test_answers_to_questions_the_page_no_longer_knows_are_passed_on_for_the_ser
     assert answers_from_form([], posted) == {"approval": {"action": "accept", "content": {"approved": "true"}}}
     assert answers_from_form([], MultiDict({"approval.approved": "true", "_action": "decline"})) == {
         "approval": {"action": "decline"}}
+
+
+def test_a_nullable_property_is_a_field_that_may_be_left_empty_and_then_answers_null() -> None:
+    schema = {"type": "object", "required": ["copies"], "properties": {
+        "note": {"type": ["string", "null"]}, "copies": {"type": ["integer", "null"], "minimum": 1},
+        "size": {"type": ["string", "null"], "enum": ["s", "m", None]}, "odd": {"type": ["string", "integer"]}}}
+    fields = {f.name: f for f in fields_of("q", schema)}
+    assert (fields["note"].kind, fields["note"].nullable, fields["note"].required) == ("string", True, False)
+    assert (fields["copies"].kind, fields["copies"].attrs) == ("integer", {"step": "1", "min": "1"})
+    assert fields["copies"].hint == "A whole number; at least 1; may be left empty."
+    assert (fields["size"].kind, fields["size"].options) == ("choice", [("s", "s"), ("m", "m")])
+    assert fields["odd"].kind == "unsupported"
+    questions = questions_of({"q": {"params": {"message": "?", "requestedSchema": schema}}})
+    posted = MultiDict({"q.note": "", "q.copies": "", "q.size": "m"})
+    assert answers_from_form(questions, posted)["q"]["content"] == {"note": None, "copies": None, "size": "m"}

@@ -188,3 +188,17 @@ def wait_then(ctx: JobContext, ledger: str, gate: str, then: str) -> Any:
     if then == "progress":
         ctx.progress(1, 2, "halfway")
     return {"late": True}
+
+
+class NoteForm(Schema):
+    """A question with nullable fields, as marshmallow publishes them: `"type": ["string", "null"]`."""
+
+    note = fields.String(allow_none=True, metadata={"description": "Anything to add (optional)"})
+    copies = fields.Integer(required=True, allow_none=True, metadata={"description": "How many, if any"})
+
+
+@job("test.ask_nullable", params=NoParams, ttl=600, poll_interval=0.1)
+def ask_nullable(ctx: JobContext) -> dict[str, Any]:
+    """Asks a question whose fields may be null; returns the answer."""
+    answer: dict[str, Any] = ctx.ask("note", "Anything to add?", NoteForm)
+    return answer

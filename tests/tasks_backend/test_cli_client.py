@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -166,3 +172,44 @@ def test_the_installed_command_runs(worker: Any, live_url: str, user: tuple[str,
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"ok": True}
     assert user[1] not in proc.stderr
+
+
+def _in_a_terminal(args: list[str], env: dict[str, str], columns: int) -> list[str]:
+    """`tasks-backend ARGS` as a real process on a pseudo-terminal `columns` wide; its screen lines, styles removed."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "cli", *args], env=env, stdin=follower, stdout=follower,
+                            stderr=follower, close_fds=True)
+    os.close(follower)
+    out = b""
+    with contextlib.suppress(OSError):  # EIO once the process has gone and the terminal is closed
+        while chunk := os.read(leader, 65536):
+            out += chunk
+    os.close(leader)
+    assert proc.wait(60) == 0, out.decode(errors="replace")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+    return [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_list_in_a_terminal_keeps_every_header_and_whole_values(worker: Any, cli: Any, live_url: str,
+                                                                user: tuple[str, str], columns: int) -> None:
+    """At 80 columns the message's header was dropped and the times cut; each job now takes two lines there."""
+    parked = cli("submit", "demo.refund", "order_id=79", "amount=5", "--wait", expect=EXIT_INPUT_REQUIRED)
+    job_id = parked.stderr.split("tasks-backend answer ")[1].split()[0]
+    cli("submit", "demo.sleep", "seconds=0", "steps=1", "--wait")
+    env = {**os.environ, "TASKS_BACKEND_URL": live_url, "TASKS_BACKEND_TOKEN": user[1]}
+    lines = _in_a_terminal(["list"], env, columns)
+    assert max(map(len, lines)) <= columns, "\n".join(lines)
+    screen = "\n".join(lines)
+    for name in ("taskId", "operation", "status", "statusMessage", "lastUpdatedAt"):
+        assert name in screen, screen
+    for job in json.loads(cli("list", "--json").stdout)["jobs"]:
+        for value in (job["taskId"], job["operation"], job["status"], job["lastUpdatedAt"]):
+            assert value in screen, (value, screen)
+    row = next(i for i, line in enumerate(lines) if job_id in line)
+    if columns >= 160:  # wide enough: one line a job, the message whole
+        assert "demo.refund" in lines[row] and "Approve a refund of 5.00 for order 79?" in lines[row]
+    else:
+        assert lines[row + 1].split()[0] == "demo.refund" and "Approve" in lines[row]

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import ALICE, BOB, wait_until
@@ -114,3 +115,31 @@ def test_input_to_a_job_not_waiting_is_409(client: Any) -> None:
     job_id = submit(client, "test.noop", {})
     finished(client, job_id)
     assert answer(client, job_id, {"x": 1}).status_code == 409
+
+
+def test_a_question_with_nullable_fields_is_answered_over_http(http: Any) -> None:
+    """`fields.String(allow_none=True)` publishes `"type": ["string", "null"]`: null and a string are both answers,
+    anything else is a 422 naming the field (it was a 500 from the validator)."""
+    submitted = http.post("/v1/jobs", json={"operation": "test.ask_nullable", "params": {}}, headers=ALICE)
+    job_id = submitted.json()["taskId"]
+    asked = wait_until(lambda: (s := http.get(f"/v1/jobs/{job_id}", headers=ALICE).json())["status"]
+                       == "input_required" and s, message="the job to ask")
+    schema = asked["inputRequests"]["note"]["params"]["requestedSchema"]
+    assert schema["properties"]["note"]["type"] == ["string", "null"] and schema["required"] == ["copies"]
+
+    def post(content: Any) -> httpx.Response:
+        return http.post(f"/v1/jobs/{job_id}/input", json={"inputResponses": {"note": content}}, headers=ALICE)
+
+    for bad, errors in (({"note": 5, "copies": 1}, ["note: must be string or null"]),
+                        ({"note": "x"}, ["copies: required"]),
+                        ({"copies": "two"}, ["copies: must be integer or null"]),
+                        ({"copies": 1, "extra": True}, ["extra: not asked for"])):
+        refused = post(bad)
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.headers["Content-Type"] == "application/problem+json"
+        assert refused.json()["errors"] == {"note": errors}
+    assert http.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"] == "input_required"
+    assert post({"note": None, "copies": None}).status_code == 202
+    done = wait_until(lambda: (s := http.get(f"/v1/jobs/{job_id}", headers=ALICE).json())["status"]
+                      in ("completed", "failed") and s, 15, message="the job to finish")
+    assert done["result"] == {"note": None, "copies": None}

@@ -199,6 +199,7 @@ def test_requests_the_server_cannot_parse_get_a_problem_not_html(web: str, reque
     assert b"Content-Type: application/problem+json" in head
     problem = json.loads(body)
     assert problem["status"] == status and b"xxxx" not in body and b"yyyy" not in body
+    assert body == json.dumps(problem, separators=(",", ":")).encode() + b"\n"  # as every other answer
 
 
 def _read_to_end(sock: socket.socket, timeout: float) -> bytes:
