@@ -61,6 +61,10 @@ def run(data_dir: str) -> None:
     sweeper, Flower."""
     env = dict(os.environ)
     env["TASKS_BACKEND_DEV"] = "1"
+    # Job modules are imported from the folder `run` was started in (`-m` puts it first on the path); named
+    # here too, since a worker restarted by SIGHUP runs again by its file's path, which puts that file's folder
+    # first instead.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (os.getcwd(), env.get("PYTHONPATH"))))
     port = env.setdefault("PORT", "8000")
     flower_port = env.setdefault("FLOWER_PORT", "5555")
     embedded = not env.get("REDIS_URL") and not env.get("TASKS_BACKEND_REDIS_SENTINELS")
