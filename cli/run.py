@@ -38,9 +38,11 @@ from .preflight import DataDirLock, Refused, check_configuration, check_reachabl
 #: How often the readiness probes run while the children start.
 PROBE_INTERVAL_S = 0.25
 #: What an application in another terminal needs to reach this same system (`connect_service()` reads them):
-#: where Redis is, where job messages go, and which keys, queue and operations are this system's.
+#: where Redis is, where job messages go, and which keys and queue are this system's. Not the job modules: an
+#: application checks its submits against the operations the workers published, and may not import the modules
+#: the server imports from its own folder.
 CONNECTION_VARIABLES = ("REDIS_URL", "TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE",
-                        "CELERY_BROKER_URL", "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS")
+                        "CELERY_BROKER_URL", "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE")
 #: After this long without every child answering, say which ones are still missing (and keep waiting).
 SLOW_START_S = 60.0
 #: How a stop goes (Ctrl-C): what serves first, then the worker (it hands its running jobs back through the

@@ -173,8 +173,10 @@ def test_the_pasted_block_gives_another_shell_the_same_system() -> None:
     block = _block(shown + "\n") or ""  # printed with click.echo's newline
     assert "p&ss w;rd" not in shown
     assert "REDIS_URL" not in block  # the Sentinels replace it; a stale one would only mislead
+    # Not the job modules: an application in that shell may not import them (they live in the server's folder).
+    assert "TASKS_BACKEND_JOBS" not in block
     names = ("TASKS_BACKEND_REDIS_SENTINELS", "TASKS_BACKEND_REDIS_SERVICE", "CELERY_BROKER_URL",
-             "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE", "TASKS_BACKEND_JOBS")
+             "TASKS_BACKEND_KEY_PREFIX", "TASKS_BACKEND_QUEUE")
     for name in names:
         assert name in block and given[name] not in block
     # A shell of the user's (a profile sets these in every terminal, or the user exports them again) keeps them.
