@@ -303,7 +303,7 @@ class PushDeliverer:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
             for body in fmt.bodies(view, pending.meta):
-                if not self._post(pending.job_id, config, body, headers):
+                if not self._post(pending.job_id, config, body, headers, owner=job_pass.owner):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
             cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
@@ -339,11 +339,11 @@ class PushDeliverer:
         return fmt
 
     def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any],
-              headers: Mapping[str, str] | None = None) -> bool:
+              headers: Mapping[str, str] | None = None, *, owner: str = "") -> bool:
         """One POST; any failure is logged (its kind only: messages may quote URLs or secrets).
 
-        A target whose breaker is open is not called: the attempt fails at once, as the POST would."""
-        target = target_of(str(config.get("url", "")))
+        A target whose breaker (the owner's own) is open is not called: the attempt fails at once, as the POST would."""
+        target = target_of(owner, str(config.get("url", "")))
         if not self.breakers.allow(target):
             log.debug("push to config %s of job %s not sent: its target is not answering", config.get("id"), job_id)
             return False

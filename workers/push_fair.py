@@ -8,11 +8,13 @@ configs pointing at such receivers would otherwise fill every POST slot and the 
   thread to the owner served least recently that has work and is below its cap (`per_owner`, half the
   threads): one owner never holds more than half the slots, and another owner's work waits for the
   next free slot, never behind the first owner's queue.
-- `Breakers` remembers, per target (scheme, host, port), how many exchanges in a row got no answer
-  (a timeout, a refused or reset connection, an answer that is not HTTP). After `threshold` of them the
-  target is open: attempts fail at once, without a connection, for a cool-off that doubles (up to a
-  minute) while the target stays silent; then one attempt at a time probes it, and an answer (any HTTP
-  status) closes it. The state is this process's own: each worker process learns it for itself.
+- `Breakers` remembers, per owner and target (scheme, host, port), how many exchanges in a row got no
+  answer (a timeout, a refused or reset connection, an answer that is not HTTP). After `threshold` of
+  them the target is open: attempts fail at once, without a connection, for a cool-off that doubles (up
+  to a minute) while the target stays silent; then one attempt at a time probes it, and an answer (any
+  HTTP status) closes it. Each owner has breakers of its own: one owner's configs at a path of a shared
+  host that hangs must not make another owner's attempts at that host fail. The state is this process's
+  own: each worker process learns it for itself.
 """
 
 from __future__ import annotations
@@ -100,14 +102,18 @@ class FairPool:
                     self._ready.notify_all()
 
 
-def target_of(url: str) -> tuple[str, str, int]:
-    """The (scheme, host, port) a push URL connects to: what one breaker covers."""
+#: What one breaker covers: (owner, scheme, host, port).
+Target = tuple[str, str, str, int]
+
+
+def target_of(owner: str, url: str) -> Target:
+    """The breaker of one owner's push URL: the owner, and the scheme, host and port it connects to."""
     parts = urlsplit(url)
     try:
         port = parts.port
     except ValueError:
         port = None
-    return parts.scheme, (parts.hostname or "").lower(), port or (443 if parts.scheme == "https" else 80)
+    return owner, parts.scheme, (parts.hostname or "").lower(), port or (443 if parts.scheme == "https" else 80)
 
 
 class _Target:
@@ -121,7 +127,7 @@ class _Target:
 
 
 class Breakers:
-    """A circuit breaker per push target, on this process's monotonic clock."""
+    """A circuit breaker per owner and push target, on this process's monotonic clock."""
 
     def __init__(self, threshold: int = BREAKER_THRESHOLD, base_s: float = BREAKER_BASE_S,
                  max_s: float = BREAKER_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:
@@ -129,10 +135,10 @@ class Breakers:
         self.base_s = base_s
         self.max_s = max_s
         self.clock = clock
-        self._targets: dict[tuple[str, str, int], _Target] = {}
+        self._targets: dict[Target, _Target] = {}
         self._lock = threading.Lock()
 
-    def allow(self, target: tuple[str, str, int]) -> bool:
+    def allow(self, target: Target) -> bool:
         """Whether an attempt at `target` may go out now; once open, one probe at a time after the cool-off."""
         with self._lock:
             state = self._targets.get(target)
@@ -143,7 +149,7 @@ class Breakers:
             state.probing = True
             return True
 
-    def record(self, target: tuple[str, str, int], answered: bool | None) -> None:
+    def record(self, target: Target, answered: bool | None) -> None:
         """The outcome of an attempt `allow` let out: an HTTP answer (any status), none, or None when the
         attempt ended before reaching the target (it only ends a probe)."""
         with self._lock:

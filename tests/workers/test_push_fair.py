@@ -31,7 +31,7 @@ from tests.adapters.test_a2a import rpc
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.test_push import Receiver
-from workers.push_fair import Breakers, FairPool
+from workers.push_fair import Breakers, FairPool, target_of
 
 #: The attack of the issue, in full (`bench.push_fair` measures it over HTTP for the docs).
 ATTACK_JOBS = 500
@@ -221,11 +221,14 @@ def test_the_pool_serves_owners_in_turn_and_caps_each() -> None:
 def test_a_breaker_opens_after_silence_probes_once_and_closes_on_an_answer() -> None:
     now = [0.0]
     breakers = Breakers(threshold=3, base_s=5, max_s=20, clock=lambda: now[0])
-    target = ("http", "hooks.example", 80)
+    target = target_of("alice", "http://hooks.example/alice")
     for _ in range(3):
         assert breakers.allow(target)
         breakers.record(target, False)
-    assert not breakers.allow(target) and breakers.allow(("http", "hooks.example", 8080))
+    assert not breakers.allow(target) and not breakers.allow(target_of("alice", "http://HOOKS.example:80/other"))
+    assert breakers.allow(target_of("alice", "http://hooks.example:8080/alice"))
+    # Another owner's configs at the same host are not refused: each owner opens only its own breakers.
+    assert breakers.allow(target_of("bob", "http://hooks.example/bob"))
     now[0] = 5.0
     assert breakers.allow(target)  # the one probe
     assert not breakers.allow(target)  # no second while it runs
