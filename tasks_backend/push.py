@@ -156,12 +156,15 @@ if lock then redis.call('DEL', KEYS[4]) end
 return changed
 """
 
-# KEYS: due set. ARGV: job id. Takes a job whose every config is done off the due set, unless it is
-# due at once (score 0: a subscription stored, or a config changed, after the pass read the job).
+# KEYS: due set. ARGV: job id, and optionally the due time the pass's claim gave it. Takes a job whose
+# every config is done off the due set, unless it is due at once (score 0: a subscription stored, or a
+# config changed, after the pass read the job) or was moved since the claim (another loop put it back
+# while it was due at once: what made it due may be newer than the pass).
 _SETTLE = r"""
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) > 0 then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
+if not score or tonumber(score) <= 0 then return 0 end
+if ARGV[2] and tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+return redis.call('ZREM', KEYS[1], ARGV[1])
 """
 
 
@@ -291,6 +294,24 @@ class PushStore:
                 self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
         return won
 
+    def owners(self, job_ids: list[str]) -> dict[str, str | None]:
+        """Each job's owner (None when the job is gone), so a loop can share its passes between owners
+        before it claims anything."""
+        if not job_ids:
+            return {}
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self.keys.job(job_id), "owner")
+            found = pipe.execute()
+        return {j: (str(o) if o is not None else None) for j, o in zip(job_ids, found, strict=True)}
+
+    def defer(self, job_ids: list[str], at_ms: int) -> None:
+        """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then."""
+        if job_ids:
+            with redis_errors():
+                self.redis.zadd(self.keys.push_due(), dict.fromkeys(job_ids, at_ms), xx=True)
+
     def cursors(self, job_id: str) -> dict[str, Cursor]:
         with redis_errors():
             raw = self.redis.hgetall(self.keys.push_cursors(job_id))
@@ -340,13 +361,15 @@ class PushStore:
         return Pending(job_id, record, configs, cursors, ready, {str(n): str(v) for n, v in meta.items()},
                        [_event(i, f) for i, f in entries], bool(exists), formats)
 
-    def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None) -> None:
+    def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None, *,
+               claimed_at_ms: int | None = None) -> None:
         """Save a pass's cursors, set when the job is next due (None: done with it), release the lock.
 
         A next due time is set first, so a save that fails still leaves the job due. A job that is done
         leaves the due set only after the save, and only if nothing made it due at once meanwhile: a
         save that fails (or whose reply is lost) leaves it where the claim put it, looked at again when
-        the lock lapses, and a config stored during the pass (due at once) is never taken off with it."""
+        the lock lapses, and a config stored during the pass (due at once) is never taken off with it,
+        nor a job moved since its claim gave it `claimed_at_ms`."""
         k = self.keys
         args: list[str] = [token]
         for config_id in pending.configs:
@@ -362,7 +385,10 @@ class PushStore:
             if outcome == 1:
                 self._schedule(pending.job_id, 0)
             elif outcome == 0 and next_at_ms is None:
-                self._settle(keys=[k.push_due()], args=[pending.job_id])
+                settle_args: list[Any] = [pending.job_id]
+                if claimed_at_ms is not None:
+                    settle_args.append(claimed_at_ms)
+                self._settle(keys=[k.push_due()], args=settle_args)
 
     def _schedule(self, job_id: str, at_ms: int) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -9,6 +9,11 @@ that deadline per pass and delays no other config. When a pass ends, the job's n
 first, then one script saves the cursors and releases the lock, and a job with nothing left leaves the
 due set only after that save succeeded (`PushStore.finish`): a save that fails leaves the job due.
 
+Owners share delivery fairly (`push_fair`): each process holds at most half its passes for one owner
+(the owner's other due jobs are put back a second, behind everyone else's), serves the owners' POSTs
+in turn with at most half the threads for one owner, and stops calling a target that keeps not
+answering for a while (its attempts fail at once, as failed attempts).
+
 A failed POST (whatever the reason) is retried with exponential backoff; after `push_max_attempts`
 that event is skipped for that config, so one dead receiver cannot stall the rest. The final state is
 kept until every config has it or gave up on it: once the feed has expired (a minute after the end)
@@ -20,12 +25,13 @@ posts it again. All times compared between processes come from Redis's clock.
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from celery import Celery, bootsteps
@@ -39,6 +45,8 @@ from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushFormat, PushStor
 from tasks_backend.store import Event, RedisStore, connect, through_outage
 from tasks_backend.webhook import post_event
 
+from .push_fair import Breakers, FairPool, target_of
+
 log = logging.getLogger(__name__)
 
 #: How long a pass's save is retried while Redis is unreachable (a restart, a stall).
@@ -50,6 +58,8 @@ CLAIM_MS = 60_000
 #: Backoff between attempts of one event: 0.5 s, 1 s, 2 s, ... capped.
 BACKOFF_BASE_MS = 500
 BACKOFF_MAX_MS = 60_000
+#: How far an owner's due job is put back when that owner already has its share of passes here.
+DEFER_MS = 1000
 _REFRESH = (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED)
 
 
@@ -71,11 +81,15 @@ class _Clock:
 class _JobPass:
     """One job's pass: its configs are delivered in the pool; the last one to finish saves them all."""
 
-    def __init__(self, deliverer: PushDeliverer, pending: Pending, token: str, clock: _Clock) -> None:
+    def __init__(self, deliverer: PushDeliverer, pending: Pending, token: str, clock: _Clock,
+                 owner: str = "", claimed_at_ms: int | None = None) -> None:
         self.deliverer = deliverer
         self.pending = pending
         self.token = token
         self.clock = clock
+        self.owner = owner
+        #: The due time the claim gave the job: it leaves the due set only if nobody moved it since.
+        self.claimed_at_ms = claimed_at_ms
         self.posted = 0
         self.cursors: dict[str, Cursor] = {}
         self.more: set[str] = set()
@@ -127,7 +141,8 @@ class _JobPass:
         # A brief outage (a Redis restart or stall) is waited out here: left to the lock's lapse, the save would
         # wait a minute, and every event this pass posted would be posted again.
         try:
-            through_outage(lambda: self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at()),
+            through_outage(lambda: self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at(),
+                                                              claimed_at_ms=self.claimed_at_ms),
                            SAVE_TOLERANCE_S, self.deliverer.stop)
         except StoreUnavailable:
             log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the lease)",
@@ -135,6 +150,7 @@ class _JobPass:
         except Exception as exc:
             log.warning("push delivery for job %s not saved: %s", self.pending.job_id, type(exc).__name__)
         finally:
+            self.deliverer.pass_ended(self)
             self.done.set()
 
 
@@ -154,17 +170,21 @@ class PushDeliverer:
         self.lease_ms = max(CLAIM_MS, 4 * timeout_ms)
         self.budget_s = self.lease_ms / 2000
         self.stop = threading.Event()
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="push-delivery")
-        self._busy = 0
+        #: Passes this process holds at once, and for one owner: half, so others always find room.
+        self.max_passes = 2 * self.workers
+        self.owner_passes = self.workers
+        self._pool = FairPool(self.workers, max(1, self.workers // 2))
+        self.breakers = Breakers()
+        self._held: Counter[str] = Counter()
         self._changed = threading.Condition()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._pool.shutdown()
 
     # -- the loop -----------------------------------------------------------------------
     def deliver_once(self) -> int:
         """Start every due job and wait for them; returns how many notifications were posted."""
-        passes = self._start(self.batch)
+        passes, _ = self._start(self.batch)
         for job_pass in passes:
             job_pass.done.wait()
         return sum(p.posted for p in passes)
@@ -174,27 +194,46 @@ class PushDeliverer:
         try:
             while not stop.is_set():
                 with self._changed:
-                    room = 2 * self.workers - self._busy
+                    room = self.max_passes - sum(self._held.values())
                 started: list[_JobPass] = []
+                deferred = 0
                 try:
                     if room > 0:
-                        started = self._start(min(room, self.batch))
+                        started, deferred = self._start(min(room, self.batch))
                 except ServiceUnavailable:
                     log.warning("push delivery paused: Redis is unreachable")
                 except Exception:
                     log.exception("push delivery pass failed")
-                if not started:
-                    with self._changed:  # until a delivery ends (room, or a job due again) or a while
+                # Jobs put back may hide others' due jobs behind them: look again at once.
+                if not started and not deferred:
+                    with self._changed:  # until a pass ends (room, or a job due again) or a while
                         self._changed.wait(IDLE_S)
         finally:
             self.close()
 
-    def _start(self, limit: int) -> list[_JobPass]:
+    def _start(self, limit: int) -> tuple[list[_JobPass], int]:
+        """Start passes for up to `limit` due jobs; returns them and how many due jobs were put back.
+
+        An owner that already has its share of passes here gets no more: its other due jobs are put
+        back `DEFER_MS`, behind the others' (so the next look at the due set finds what they hid)."""
         now, due = self.push.due(limit)
+        owners = self.push.owners(due)
+        take: list[str] = []
+        defer: list[str] = []
+        with self._changed:
+            held = Counter(self._held)
+        for job_id in due:
+            owner = owners.get(job_id) or ""
+            if held[owner] >= self.owner_passes:
+                defer.append(job_id)
+            else:
+                held[owner] += 1
+                take.append(job_id)
+        self.push.defer(defer, now + DEFER_MS)
         token = uuid.uuid4().hex
         clock = _Clock(now)
         passes = []
-        for job_id in self.push.claim_many(due, token, self.lease_ms, now):
+        for job_id in self.push.claim_many(take, token, self.lease_ms, now):
             try:
                 pending = self.push.read(job_id, now)
             except ServiceUnavailable:
@@ -202,15 +241,23 @@ class PushDeliverer:
             except Exception as exc:  # unreadable data of one job: it is tried again after the lease
                 log.warning("push delivery for job %s skipped: %s", job_id, type(exc).__name__)
                 continue
-            job_pass = _JobPass(self, pending, token, clock)
+            owner = pending.record.owner if pending.record is not None else owners.get(job_id) or ""
+            job_pass = _JobPass(self, pending, token, clock, owner, now + self.lease_ms)
+            with self._changed:
+                self._held[owner] += 1
             passes.append(job_pass)
             job_pass.start()
-        return passes
+        return passes, len(defer)
+
+    def pass_ended(self, job_pass: _JobPass) -> None:
+        with self._changed:
+            self._held[job_pass.owner] -= 1
+            if self._held[job_pass.owner] <= 0:
+                del self._held[job_pass.owner]
+            self._changed.notify_all()
 
     def submit(self, job_pass: _JobPass, config_id: str) -> None:
-        with self._changed:
-            self._busy += 1
-        self._pool.submit(self._run, job_pass, config_id)
+        self._pool.submit(job_pass.owner, lambda: self._run(job_pass, config_id))
 
     def _run(self, job_pass: _JobPass, config_id: str) -> None:
         pending = job_pass.pending
@@ -226,9 +273,6 @@ class PushDeliverer:
             cursor = self._failed(job_pass, config_id, cursor, skip_to, bool(record and record.terminal))
         finally:
             job_pass.config_done(config_id, posted, cursor, more)
-            with self._changed:
-                self._busy -= 1
-                self._changed.notify_all()
 
     # -- one config ---------------------------------------------------------------------
     def _deliver_config(self, job_pass: _JobPass, config: dict[str, Any],
@@ -259,7 +303,7 @@ class PushDeliverer:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
             for body in fmt.bodies(view, pending.meta):
-                if not self._post(pending.job_id, config, body, headers):
+                if not self._post(pending.job_id, config, body, headers, owner=job_pass.owner):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
             cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
@@ -295,16 +339,30 @@ class PushDeliverer:
         return fmt
 
     def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any],
-              headers: Mapping[str, str] | None = None) -> bool:
-        """One POST; any failure is logged (its kind only: messages may quote URLs or secrets)."""
+              headers: Mapping[str, str] | None = None, *, owner: str = "") -> bool:
+        """One POST; any failure is logged (its kind only: messages may quote URLs or secrets).
+
+        A target whose breaker (the owner's own) is open is not called: the attempt fails at once, as the POST would."""
+        target = target_of(owner, str(config.get("url", "")))
+        if not self.breakers.allow(target):
+            log.debug("push to config %s of job %s not sent: its target is not answering", config.get("id"), job_id)
+            return False
+        answered: bool | None = None  # None: the attempt said nothing about the target (refused by the guard...)
         try:
             if headers is None:
                 headers = self._format("").headers(config)
             status = post_event(config, body, allow_private=self.settings.push_allow_private,
                                 timeout_s=self.settings.push_timeout_s, headers=headers)
+            answered = True
+        except (OSError, http.client.HTTPException) as exc:  # no HTTP answer: a timeout, a refused connection...
+            answered = False
+            log.info("push to config %s of job %s failed: %s", config.get("id"), job_id, type(exc).__name__)
+            return False
         except Exception as exc:
             log.info("push to config %s of job %s failed: %s", config.get("id"), job_id, type(exc).__name__)
             return False
+        finally:
+            self.breakers.record(target, answered)
         if not 200 <= status < 300:
             log.info("push to config %s of job %s answered %s", config.get("id"), job_id, status)
             return False
