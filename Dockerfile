@@ -8,7 +8,6 @@ COPY pyproject.toml README.md ./
 COPY tasks_backend ./tasks_backend
 COPY adapters ./adapters
 COPY workers ./workers
-COPY cli ./cli
 # /etc/tasks-backend: where compose mounts the `tokens` volume (a new volume takes this owner).
 RUN pip install . && useradd --system --uid 10001 --no-create-home app \
     && mkdir -p /etc/tasks-backend && chown app /etc/tasks-backend

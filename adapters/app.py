@@ -9,7 +9,7 @@ from flask import Flask, Response, g, request
 
 from tasks_backend.config import Settings
 from tasks_backend.errors import Unauthenticated
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.service.runtime import Runtime, build_runtime
 
 from . import problems, protocol
 from .entrance import PRINCIPAL, PUBLIC_PATHS, Check, Entrance

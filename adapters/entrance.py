@@ -31,8 +31,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
-from tasks_backend import logs
-from tasks_backend.auth import Authenticator, Principal
+from tasks_backend.access.auth import Authenticator, Principal
 from tasks_backend.errors import (
     BadRequest,
     OriginNotAllowed,
@@ -40,8 +39,9 @@ from tasks_backend.errors import (
     TasksBackendError,
     Unauthenticated,
 )
-from tasks_backend.runtime import Runtime
-from tasks_backend.views import wire_json
+from tasks_backend.model.wire import wire_json
+from tasks_backend.service.runtime import Runtime
+from tasks_backend.serving import logs
 
 from . import jsonrpc, protocol
 from .fast_path import FastRoutes

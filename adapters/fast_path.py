@@ -16,12 +16,13 @@ from typing import Any
 
 from werkzeug.datastructures import EnvironHeaders
 
-from tasks_backend.auth import Principal
-from tasks_backend.runtime import Runtime
+from tasks_backend.access.auth import Principal
+from tasks_backend.service.runtime import Runtime
 
-from . import a2a, mcp
-from .http_jobs import handle_body, submit_body
-from .mcp_tools import Stream
+from .a2a import endpoint as a2a
+from .http.jobs import handle_body, submit_body
+from .mcp import endpoint as mcp
+from .mcp.tools import Stream
 
 _JOB_PREFIX = "/v1/jobs/"
 #: The MCP methods answered here; they never answer with a stream.

@@ -1,6 +1,6 @@
 """`/healthz`, `/readyz` and `/metrics`: per-app Prometheus registry, no module-level collectors.
 
-Job figures come from Redis (what every worker and sweeper recorded, see `tasks_backend.stats`) and
+Job figures come from Redis (what every worker and sweeper recorded, see `tasks_backend.running.stats`) and
 from the broker (queue depth), read at scrape time, so every web process reports the same numbers.
 """
 
@@ -16,9 +16,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tasks_backend.dispatch import CeleryDispatcher
-from tasks_backend.runtime import Runtime
-from tasks_backend.stats import JobStats
+from tasks_backend.running.dispatch import CeleryDispatcher
+from tasks_backend.running.stats import JobStats
+from tasks_backend.service.runtime import Runtime
 
 from .protocol import Adapter
 

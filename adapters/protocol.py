@@ -1,4 +1,5 @@
-"""How a protocol plugs in: a module of this package that defines `ADAPTER` is served by the app.
+"""How a protocol plugs in: a module of this package or its subpackages that defines `ADAPTER` is served
+by the app.
 
 The app factory and the entrance find every adapter here (`registered()`), so a new protocol is a new
 module with an `ADAPTER` in it and touches nothing else: its blueprint is registered, its JSON-RPC
@@ -16,9 +17,9 @@ from typing import Any
 
 from flask import Blueprint, Flask
 
-from tasks_backend.auth import Principal
-from tasks_backend.push import PushFormat
-from tasks_backend.runtime import Runtime
+from tasks_backend.access.auth import Principal
+from tasks_backend.push.subscriptions import PushFormat
+from tasks_backend.service.runtime import Runtime
 
 from .jsonrpc import Codes
 
@@ -47,14 +48,20 @@ class Adapter:
 
 @functools.cache
 def registered() -> tuple[Adapter, ...]:
-    """Every adapter of this package, by module name (found once per process, when first asked)."""
+    """Every adapter of this package and its subpackages, by module name (found once per process)."""
+    return tuple(_adapters(_package_path(), f"{__package__}."))
+
+
+def _adapters(path: list[str], prefix: str) -> list[Adapter]:
     found: list[Adapter] = []
-    for info in sorted(pkgutil.iter_modules(_package_path()), key=lambda i: i.name):
-        module = importlib.import_module(f"{__package__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+        module = importlib.import_module(f"{prefix}{info.name}")
         adapter = getattr(module, "ADAPTER", None)
         if isinstance(adapter, Adapter):
             found.append(adapter)
-    return tuple(found)
+        if info.ispkg:
+            found.extend(_adapters(list(module.__path__), f"{module.__name__}."))
+    return found
 
 
 def _package_path() -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Response, current_app, request
 
-from tasks_backend.drain import ClientWatch
+from tasks_backend.serving.drain import ClientWatch
 
 #: Compact JSON separators, for protocols whose streams are read by machines only.
 COMPACT = (",", ":")

@@ -18,10 +18,10 @@ import redis
 from celery.contrib.testing.worker import start_worker
 
 from tasks_backend.config import Settings
-from tasks_backend.domain import TERMINAL_STATES
-from tasks_backend.embedded import EmbeddedRedis
-from tasks_backend.embedded_cluster import LocalCluster
-from tasks_backend.runtime import build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis
+from tasks_backend.devtools.embedded_cluster import LocalCluster
+from tasks_backend.model.domain import TERMINAL_STATES
+from tasks_backend.service.runtime import build_runtime
 from workers.celery_app import create_celery
 
 

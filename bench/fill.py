@@ -12,10 +12,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tasks_backend.domain import JobState
-from tasks_backend.runtime import Runtime
-from tasks_backend.service import JobService
-from tasks_backend.store import RedisStore, new_request_id
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.jobs import JobService
+from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.jobs import RedisStore, new_request_id
 
 RESULT = json.dumps({"ok": True})
 WORKER = "bench-host:1"

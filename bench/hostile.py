@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
 
 from . import procs
 from .load import Load, Run, run
@@ -105,7 +105,7 @@ def main() -> None:
            # One principal holds every stream and sends every poll: its limits must not be what is measured.
            "TASKS_BACKEND_MAX_STREAMS": str(args.streams + 10), "TASKS_BACKEND_RATE_LIMIT": "0",
            "TASKS_BACKEND_SSE_MAX": str(args.seconds * 4 + 60)}
-    web = procs.start("web", [sys.executable, "-m", "cli", "web", "--workers", str(args.workers),
+    web = procs.start("web", [sys.executable, "-m", "tasks_backend.cli", "web", "--workers", str(args.workers),
                               "--bind", f"127.0.0.1:{port}"], env, logs)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -34,8 +34,8 @@ from typing import Any
 import httpx
 import redis
 
-from tasks_backend.embedded import EmbeddedRedis, free_port
-from tasks_backend.keys import Keys
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.store.keys import Keys
 
 from . import procs
 
@@ -208,9 +208,11 @@ def main() -> None:
            "TASKS_BACKEND_JOBS": "tasks_backend.demo", "TASKS_BACKEND_PUSH_ALLOW_PRIVATE": "1",
            # Setting the attack up quickly is not what is measured; spread out, it would pass the limit anyway.
            "TASKS_BACKEND_RATE_LIMIT": "0"}
-    web = procs.start("web", [sys.executable, "-m", "cli", "web", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
+    web = procs.start("web", [sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "2", "--bind",
+                              f"127.0.0.1:{port}"],
                       env, logs)
-    worker = procs.start("worker", [sys.executable, "-m", "cli", "worker", "--pool", "threads", "--concurrency", "4"],
+    worker = procs.start("worker", [sys.executable, "-m", "tasks_backend.cli", "worker", "--pool", "threads",
+                                    "--concurrency", "4"],
                          env, logs)
     silent, healthy = Silent(), Healthy()
     store = redis.Redis.from_url(server.url, decode_responses=True)

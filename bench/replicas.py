@@ -24,8 +24,9 @@ import httpx
 import redis
 
 from tasks_backend.config import Settings
-from tasks_backend.embedded import EmbeddedRedis, die_with_parent, free_port, redis_server_binary
-from tasks_backend.runtime import build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port, redis_server_binary
+from tasks_backend.service.runtime import build_runtime
+from tasks_backend.serving.processes import die_with_parent
 
 from . import procs
 from .load import Load, Run

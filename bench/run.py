@@ -23,8 +23,8 @@ import httpx
 import redis
 
 from tasks_backend.config import Settings
-from tasks_backend.embedded import EmbeddedRedis, free_port
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.service.runtime import Runtime, build_runtime
 
 from . import fill, procs
 from .baselines.a2a_ids import seeded_ids

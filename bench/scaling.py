@@ -28,8 +28,8 @@ from typing import Any
 from kombu import Connection
 
 from tasks_backend.config import Settings
-from tasks_backend.embedded import EmbeddedRedis
-from tasks_backend.runtime import build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis
+from tasks_backend.service.runtime import build_runtime
 
 from . import procs
 from .baselines.celery_bare import QUEUE as BARE_QUEUE

@@ -1,4 +1,4 @@
-# The web page's browser test (tests/adapters/test_ui.py) drives Debian's chromium through Playwright;
+# The web page's browser test (tests/adapters/ui/test_ui.py) drives Debian's chromium through Playwright;
 # Playwright's own browser download is not used.
 CHROMIUM ?= /usr/bin/chromium
 TEST_DEPS += $(CHROMIUM)

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from tasks_backend.errors import StoreUnavailable
-from tasks_backend.store import RedisStore
+from tasks_backend.store.jobs import RedisStore
 
 from .services import Receiver
 

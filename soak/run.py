@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 
 from tasks_backend.errors import StoreUnavailable
-from tasks_backend.keys import Keys
-from tasks_backend.store import RedisStore, connect
+from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.keys import Keys
 
 from . import report
 from .driver import RETRY_S, TERMINAL, Api, Driver

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks_backend.amqp import delete_queue
-from tasks_backend.embedded import EmbeddedRedis, free_port
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.running.rabbitmq import delete_queue
 
 from .proxy import Proxy
 
@@ -57,7 +57,7 @@ def faketime_library() -> str | None:
 
 def _console(name: str) -> list[str]:
     script = Path(sys.executable).parent / name
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tasks_backend.cli"]
 
 
 @dataclass

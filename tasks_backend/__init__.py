@@ -1,13 +1,18 @@
-"""tasks-backend: accept long-running work at once and hand back task handles."""
+"""tasks-backend: accept long-running work at once and hand back task handles.
 
-from .auth import Principal
+This module is the in-process API. Beside it at the root: `client` (the HTTP client), `errors` (the one error
+tree), `config` (`Settings`) and `demo` (the demo jobs). The layers are subpackages, each stating its rule:
+model, store, then running, push, access and serving, then service; `devtools` and `cli` beside them.
+"""
+
+from .access.auth import Principal
 from .config import Settings
-from .domain import JobRecord, JobState, SubmitOutcome
 from .errors import TasksBackendError
-from .execution import JobContext
-from .registry import job
-from .runtime import build_runtime, connect_service
-from .service import JobService
+from .model.domain import JobRecord, JobState, SubmitOutcome
+from .running.execution import JobContext
+from .running.registry import job
+from .service.jobs import JobService
+from .service.runtime import build_runtime, connect_service
 
 __version__ = "0.1.0"
 

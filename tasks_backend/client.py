@@ -26,7 +26,6 @@ from typing import Any
 
 import httpx
 
-from .domain import TERMINAL_STATES, JobState
 from .errors import (
     PROBLEM_TYPE_BASE,
     Conflict,
@@ -34,7 +33,8 @@ from .errors import (
     TasksBackendError,
     error_for_slug,
 )
-from .states import WIRE_STATUS
+from .model.domain import TERMINAL_STATES, JobState
+from .model.states import WIRE_STATUS
 
 __all__ = [
     "AsyncClient",

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .failover import DEFAULT_SERVICE, is_sentinel_url, sentinel_url
+from .store.sentinel import DEFAULT_SERVICE, is_sentinel_url, sentinel_url
 
 DEMO_JOBS = "tasks_backend.demo"
-#: URL schemes of a Redis Cluster store (see `tasks_backend.cluster`); redis-py has none of its own.
+#: URL schemes of a Redis Cluster store (see `tasks_backend.store.cluster`); redis-py has none of its own.
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
@@ -40,7 +40,7 @@ def _number(kind: type[float] | type[int], name: str, raw: Any) -> Any:
 
 @dataclass(frozen=True)
 class Settings:
-    #: A `redis://` URL, or the Sentinels' `sentinel://host:port/db;sentinel://…` (see `failover`).
+    #: A `redis://` URL, or the Sentinels' `sentinel://host:port/db;sentinel://…` (see `sentinel`).
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: The service (Sentinel's `master_name`) whose primary a `sentinel://` store or broker URL follows.
     redis_service: str = DEFAULT_SERVICE

@@ -10,8 +10,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from .execution import JobContext
-from .registry import job
+from .running.execution import JobContext
+from .running.registry import job
 
 
 class SleepParams(Schema):

@@ -23,11 +23,11 @@ from celery.contrib.testing.worker import start_worker
 from werkzeug.serving import make_server
 
 from adapters.app import create_app
-from tasks_backend.auth import token_digest
+from tasks_backend.access.auth import token_digest
 from tasks_backend.config import Settings
-from tasks_backend.embedded import EmbeddedRedis, free_port
-from tasks_backend.embedded_cluster import LocalCluster
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.devtools.embedded_cluster import LocalCluster
+from tasks_backend.service.runtime import Runtime, build_runtime
 from workers.celery_app import create_celery
 
 JOB_MODULES = ("tasks_backend.demo", "tests.support.jobs")

@@ -24,9 +24,9 @@ import yaml
 
 from tasks_backend import Principal
 from tasks_backend.client import Client
-from tasks_backend.domain import JobState
-from tasks_backend.embedded import EmbeddedRedis, free_port
-from tasks_backend.runtime import build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import alive, service_pids, settings_env, wait_for_http
 
@@ -222,7 +222,7 @@ class Launcher:
                           WEB_CONCURRENCY="1", PYTHONUNBUFFERED="1", LOG_FORMAT="text",
                           PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
         if name == "run":
-            argv = [sys.executable, "-m", "cli", "run", "--data-dir", str(tmp / "unused")]
+            argv = [sys.executable, "-m", "tasks_backend.cli", "run", "--data-dir", str(tmp / "unused")]
         else:  # the Procfile's own worker concurrency (2): a free pool slot while a job runs
             argv = [os.path.join(venv_bin, "honcho"), "--no-colour", "-f", str(ROOT / "Procfile"), "start",
                     "-p", str(self.port)]

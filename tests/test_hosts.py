@@ -24,9 +24,9 @@ import pytest
 from soak.proxy import Proxy
 from soak.services import Downstream
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobRecord, JobState
-from tasks_backend.embedded import EmbeddedRedis
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis
+from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support import netns
 from tests.support.procs import Proc, print_logs, sweeper_process, wait_for_http, web_process, worker_process

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks_backend.embedded import free_port
+from tasks_backend.devtools.embedded import free_port
 from tests.support.console import ELLIPSIS, Step, console_steps, fill, first_mismatch, match_lines
 from tests.support.procs import ROOT
 

@@ -10,8 +10,8 @@ from typing import Any
 from celery import Celery, Task, signals
 
 from tasks_backend.config import Settings
-from tasks_backend.dispatch import RUN_TASK, celery_config
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.running.dispatch import RUN_TASK, celery_config
+from tasks_backend.service.runtime import Runtime, build_runtime
 
 from . import operations
 from .broker import worker_transport

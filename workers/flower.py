@@ -21,8 +21,8 @@ from typing import Any
 from celery.exceptions import Ignore
 
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobRecord, JobState
-from tasks_backend.states import CELERY_STATES
+from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.model.states import CELERY_STATES
 
 
 class JobFailedOutcome(Exception):
@@ -71,7 +71,7 @@ def progress_display(settings: Settings | None = None) -> Callable[[Any], Any]:
             return task
         try:
             if "store" not in holder:
-                from tasks_backend.runtime import build_runtime
+                from tasks_backend.service.runtime import build_runtime
 
                 holder["store"] = build_runtime(settings).store
             record = holder["store"].get(task.uuid)

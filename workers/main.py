@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery import signals
 
 from tasks_backend.config import Settings
+from tasks_backend.push.subscriptions import PushFormat
 
 from . import push, stopping
 from .celery_app import create_celery
@@ -16,13 +16,14 @@ from .flower import guard_metrics, progress_display, quiet_stop
 
 
 def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, quiet: bool = False,
-                 hand_back: bool = False) -> int:
+                 hand_back: bool = False, push_formats: Mapping[str, PushFormat] | None = None) -> int:
     """Run a worker until it stops; return its exit status (non-zero when it gave up, e.g. on the broker).
     `quiet` leaves out Celery's start-up banner and its stop line; `hand_back`: a stop hands running jobs back
-    to the queue rather than waiting for them (see `workers.stopping`)."""
+    to the queue rather than waiting for them (see `workers.stopping`); `push_formats` (format name ->
+    format: the command line passes every adapter's) are the formats push subscriptions are posted in."""
     settings = settings or Settings.from_env()
     app = create_celery(settings)
-    push.install(app, settings)
+    push.install(app, settings, push_formats or {})
     stopping.install(app, quiet=quiet, hand_back=hand_back)
     # `app.worker_main` (and `app.start`) drop the worker's exit status: a worker that gave up (broker
     # retries exhausted, an unrecoverable error) would exit 0, and a supervisor that restarts on failure
@@ -46,7 +47,3 @@ def start_flower(argv: Sequence[str] = (), settings: Settings | None = None) -> 
     options.format_task = progress_display(settings)  # a `--format_task` given on the command line wins
     app = create_celery(settings, consumer=False)
     app.start(["flower", *argv])
-
-
-if __name__ == "__main__":
-    sys.exit(start_worker(sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""Every worker publishes the operations it runs (see `tasks_backend.catalog`), at start and then regularly, so
+"""Every worker publishes the operations it runs (see `tasks_backend.running.catalog`), at start and then regularly, so
 that an application that only submits needs no job code to check its params."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
-from tasks_backend.catalog import Publisher
 from tasks_backend.config import Settings
-from tasks_backend.keys import Keys
-from tasks_backend.registry import JobModuleNotFound, Registry
-from tasks_backend.store import connect
+from tasks_backend.running.catalog import Publisher
+from tasks_backend.running.registry import JobModuleNotFound, Registry
+from tasks_backend.store.jobs import connect
+from tasks_backend.store.keys import Keys
 
 log = logging.getLogger(__name__)
 

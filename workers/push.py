@@ -36,14 +36,13 @@ from typing import Any
 
 from celery import Celery, bootsteps
 
-from adapters import protocol
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobRecord, JobState
 from tasks_backend.errors import ServiceUnavailable, StoreUnavailable
-from tasks_backend.keys import Keys
-from tasks_backend.push import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
-from tasks_backend.store import Event, RedisStore, connect, through_outage
-from tasks_backend.webhook import post_event
+from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.push.subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
+from tasks_backend.push.webhook import post_event
+from tasks_backend.store.jobs import Event, RedisStore, connect, through_outage
+from tasks_backend.store.keys import Keys
 
 from .push_fair import Breakers, FairPool, target_of
 
@@ -156,10 +155,11 @@ class _JobPass:
 
 class PushDeliverer:
     def __init__(self, store: RedisStore, settings: Settings, batch: int = 100,
-                 formats: Mapping[str, PushFormat] | None = None) -> None:
+                 *, formats: Mapping[str, PushFormat]) -> None:
         self.store = store
-        #: Format name -> format; every adapter's, unless given.
-        self.formats = dict(protocol.push_formats() if formats is None else formats)
+        #: Format name -> format: every adapter's, handed in by the command line
+        #: (`tasks-backend worker`).
+        self.formats = dict(formats)
         self.push = PushStore(store)
         self.settings = settings
         self.batch = batch
@@ -375,8 +375,9 @@ def _latest_per_run(events: list[Event]) -> list[Event]:
     return [e for e, nxt in zip(events, following, strict=False) if nxt is None or nxt.state is not e.state]
 
 
-def install(app: Celery, settings: Settings) -> None:
-    """Run push delivery in this worker's main process, started and stopped with the worker."""
+def install(app: Celery, settings: Settings, formats: Mapping[str, PushFormat]) -> None:
+    """Run push delivery in this worker's main process, started and stopped with the worker,
+    posting each subscription in its format from `formats` (format name -> format)."""
 
     class PushDelivery(bootsteps.StartStopStep):
         name = "tasks_backend.push"
@@ -390,7 +391,7 @@ def install(app: Celery, settings: Settings) -> None:
             store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s,
                                        service=settings.redis_service),
                                Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
-            deliverer = PushDeliverer(store, settings)
+            deliverer = PushDeliverer(store, settings, formats=formats)
             self.thread = threading.Thread(target=deliverer.run_forever, args=(self.stop_event,),
                                            name="push-delivery", daemon=True)
             self.thread.start()

@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import Celery, signals
 
-from tasks_backend.embedded import die_with_parent
+from tasks_backend.serving.processes import die_with_parent
 
 #: What the main process sends its pool processes when it stops. SIGUSR1 is billiard's soft time limit, and
 #: SIGTERM its way of ending a pool process outright; SIGUSR2 is left to us.

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.mcp_clients.rpc import IDEMPOTENCY_META, MODERN, Legacy, modern_meta
+from tests.adapters.mcp.clients.rpc import IDEMPOTENCY_META, MODERN, Legacy, modern_meta
 from tests.conftest import bearer
 
 LONE = "\ud800"

@@ -13,12 +13,13 @@ import pytest
 from flask import Flask
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
-from adapters import fast_path, ui
+from adapters import fast_path
 from adapters.app import create_app
 from adapters.entrance import PUBLIC_PATHS, RPC_PATHS, Admission, client_address, forwarded_scheme
+from adapters.ui import pages as ui
 from tasks_backend.errors import ServiceUnavailable
-from tasks_backend.logs import JsonFormatter
-from tasks_backend.runtime import Runtime
+from tasks_backend.service.runtime import Runtime
+from tasks_backend.serving.logs import JsonFormatter
 from tests.conftest import ALICE
 
 JOB = "8c1e7d0e-52a5-4a8e-a6f1-2b0d0a6c4b11"

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 import adapters
-from adapters import a2a, jsonrpc, mcp_tools, problems, protocol
+from adapters import jsonrpc, problems, protocol
+from adapters.a2a import endpoint as a2a
 from adapters.app import create_app
+from adapters.mcp import tools as mcp_tools
 from tasks_backend import errors
-from tasks_backend.runtime import Runtime
+from tasks_backend.service.runtime import Runtime
 
 EVERY_ERROR = errors.error_classes()
 

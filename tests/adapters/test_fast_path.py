@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
-from adapters.a2a_push import Contexts
+from adapters.a2a.push import Contexts
 from adapters.app import create_app
 from adapters.entrance import Entrance
-from tasks_backend.domain import JobRecord
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.model.domain import JobRecord
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, BOB
 
 MCP_HEADERS = {**ALICE, "MCP-Protocol-Version": "2026-07-28", "Accept": "application/json, text/event-stream"}
@@ -202,7 +202,7 @@ def test_a2a_get_task_makes_as_many_round_trips_as_a_poll(runtime: Runtime, flas
 def test_a2a_calls_share_one_push_store_per_process(runtime: Runtime, flask_app: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Making a push store registers its scripts (a SHA1 of each): once per process, not per request."""
-    from tasks_backend import push
+    from tasks_backend.push import subscriptions as push
 
     made: list[object] = []
     real_init = push.PushStore.__init__

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.adapters.mcp_clients.rpc import Modern
+from tests.adapters.mcp.clients.rpc import Modern
 from tests.conftest import ALICE, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")

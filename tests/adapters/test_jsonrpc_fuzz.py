@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.adapters.mcp_clients.rpc import LEGACY, MODERN, modern_meta
+from tests.adapters.mcp.clients.rpc import LEGACY, MODERN, modern_meta
 
 MCP_METHODS = ["initialize", "server/discover", "tools/list", "tools/call", "tasks/get", "tasks/update",
                "tasks/cancel", "tasks/list", "tasks/result", "subscriptions/listen", "ping",

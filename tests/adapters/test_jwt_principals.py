@@ -14,7 +14,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from adapters.app import create_app
-from tasks_backend.runtime import build_runtime
+from tasks_backend.service.runtime import build_runtime
 from tests.conftest import ALICE, bearer, make_settings
 
 SECRET = "j" * 32

@@ -14,8 +14,8 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.config import Settings
-from tasks_backend.runtime import build_runtime
-from tests.adapters.mcp_clients.rpc import LEGACY, MODERN, Legacy, Modern, modern_meta
+from tasks_backend.service.runtime import build_runtime
+from tests.adapters.mcp.clients.rpc import LEGACY, MODERN, Legacy, Modern, modern_meta
 from tests.conftest import ALICE, make_settings
 
 Serve = Callable[[Settings], str]

@@ -10,11 +10,11 @@ import socket
 from typing import Any
 
 from adapters.app import create_app
-from tasks_backend.auth import Principal
+from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.logs import JsonFormatter, configure_logging, job_context, mask_secrets
-from tasks_backend.runtime import Runtime, build_runtime
-from tasks_backend.stats import JobStats
+from tasks_backend.running.stats import JobStats
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.serving.logs import JsonFormatter, configure_logging, job_context, mask_secrets
 from tests.conftest import ALICE, make_settings, wait_until
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.domain import JobState
-from tasks_backend.runtime import Runtime
-from tests.adapters.mcp_clients.rpc import Legacy, Modern
-from tests.adapters.test_a2a import rpc as a2a_rpc
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import Runtime
+from tests.adapters.a2a.test_a2a import rpc as a2a_rpc
+from tests.adapters.mcp.clients.rpc import Legacy, Modern
 from tests.conftest import bearer, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")

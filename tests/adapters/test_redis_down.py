@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from adapters.app import create_app
-from tasks_backend.embedded import free_port
+from tasks_backend.devtools.embedded import free_port
 from tests.conftest import ALICE, make_settings
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

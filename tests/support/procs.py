@@ -84,18 +84,19 @@ class Proc:
 def worker_process(settings: Settings, log: Path, *, pool: str = "prefork", concurrency: int = 1,
                    prefix: Sequence[str] = (), options: Sequence[str] = (), **env: Any) -> Proc:
     """`tasks-backend worker`; `options` go before Celery's (`--hand-back-on-stop`)."""
-    args = [sys.executable, "-m", "cli", "worker", *options, "--pool", pool, "--concurrency", str(concurrency),
+    args = [sys.executable, "-m", "tasks_backend.cli", "worker", *options, "--pool", pool, "--concurrency",
+            str(concurrency),
             "--without-mingle", "--without-gossip", "--hostname", f"w{os.getpid()}-{log.stem}@%h"]
     return Proc(args, settings_env(settings, **{k: str(v) for k, v in env.items()}), log, prefix)
 
 
 def sweeper_process(settings: Settings, log: Path, prefix: Sequence[str] = (), **env: str) -> Proc:
-    return Proc([sys.executable, "-m", "cli", "sweeper"], settings_env(settings, **env), log, prefix)
+    return Proc([sys.executable, "-m", "tasks_backend.cli", "sweeper"], settings_env(settings, **env), log, prefix)
 
 
 def web_process(settings: Settings, log: Path, bind: str, prefix: Sequence[str] = (), **env: str) -> Proc:
     """`tasks-backend web` (gunicorn, one worker process) on `bind`; tokens come from `env`."""
-    args = [sys.executable, "-m", "cli", "web", "--workers", "1", "--bind", bind]
+    args = [sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", bind]
     return Proc(args, settings_env(settings, **env), log, prefix)
 
 

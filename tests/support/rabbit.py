@@ -19,8 +19,8 @@ from urllib.parse import quote, urlsplit
 
 from kombu import Connection
 
-from tasks_backend.amqp import delete_queue
 from tasks_backend.config import Settings
+from tasks_backend.running.rabbitmq import delete_queue
 
 AMQP_URL = os.environ.get("TEST_AMQP_URL") or "amqp://guest:guest@127.0.0.1:5672//"
 #: A broker address where nothing listens (port 1 is reserved): publishes to it fail at once.

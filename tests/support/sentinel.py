@@ -20,8 +20,9 @@ from typing import Any
 
 import redis
 
-from tasks_backend.embedded import die_with_parent, free_port, redis_server_binary
-from tasks_backend.failover import sentinel_url
+from tasks_backend.devtools.embedded import free_port, redis_server_binary
+from tasks_backend.serving.processes import die_with_parent
+from tasks_backend.store.sentinel import sentinel_url
 from tests.conftest import wait_until
 
 SERVICE = "tbtest"

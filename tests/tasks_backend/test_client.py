@@ -21,7 +21,7 @@ from tasks_backend.errors import (
     Unauthenticated,
     UnknownOperation,
 )
-from tasks_backend.logs import JsonFormatter
+from tasks_backend.serving.logs import JsonFormatter
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from celery import signals
 
-from tasks_backend import execution
-from tasks_backend.domain import JobState
+from tasks_backend.model.domain import JobState
+from tasks_backend.running import execution
 from tests.conftest import make_settings
 from workers.celery_app import create_celery
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tasks_backend import Principal
-from tasks_backend.domain import JobState
+from tasks_backend.model.domain import JobState
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import ROOT
 from tests.workers.test_durability import Cluster, effects, open_gate, starts

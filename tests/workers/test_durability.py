@@ -20,9 +20,9 @@ from werkzeug.serving import make_server
 from adapters.app import create_app
 from tasks_backend import Principal
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobState
-from tasks_backend.embedded import EmbeddedRedis
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.devtools.embedded import EmbeddedRedis
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import wait_until
 from tests.support import rabbit
 from tests.support.procs import Proc, sweeper_process, worker_process

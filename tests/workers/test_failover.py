@@ -21,10 +21,10 @@ import pytest
 
 from tasks_backend import Principal
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobState
-from tasks_backend.embedded import free_port
+from tasks_backend.devtools.embedded import free_port
 from tasks_backend.errors import StoreUnavailable
-from tasks_backend.runtime import Runtime, build_runtime
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import Proc, print_logs, settings_env, sweeper_process, wait_for_http, worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
@@ -151,7 +151,7 @@ def flower_proc(sentinel_group: SentinelGroup, tmp_path: Path) -> Iterator[dict[
     log_path = tmp_path / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "flower"], env=env, stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"], env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -170,7 +170,7 @@ def test_the_primary_killed_under_load_loses_no_accepted_job(sentinel_group: Sen
     settings: Settings = flower_proc["settings"]
     rt = build_runtime(settings)
     port = free_port()
-    web = Proc([sys.executable, "-m", "cli", "web", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
+    web = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "2", "--bind", f"127.0.0.1:{port}"],
                settings_env(settings, TASKS_BACKEND_TOKENS=settings.tokens or ""), tmp_path / "web.log")
     procs = [web, *(worker_process(settings, tmp_path / f"worker{i}.log", concurrency=2) for i in (1, 2)),
              sweeper_process(settings, tmp_path / "sweeper.log")]

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.auth import Principal
+from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.domain import JobState
-from tasks_backend.embedded import free_port
-from tasks_backend.runtime import Runtime
-from tasks_backend.states import CELERY_STATES
+from tasks_backend.devtools.embedded import free_port
+from tasks_backend.model.domain import JobState
+from tasks_backend.model.states import CELERY_STATES
+from tasks_backend.service.runtime import Runtime
 from tests.conftest import wait_until
 from tests.support.procs import settings_env, wait_for_http
 from workers.flower import celery_outcome, describe_progress, flower_argv
@@ -34,7 +34,7 @@ def flower(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log_path = tmp_path_factory.mktemp("flower") / "flower.log"
     env = settings_env(settings, FLOWER_PORT=str(port), FLOWER_BASIC_AUTH=f"ops:{password}")
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "cli", "flower"],
+        proc = subprocess.Popen([sys.executable, "-m", "tasks_backend.cli", "flower"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tasks_backend.embedded import free_port
+from tasks_backend.devtools.embedded import free_port
 from tests.support.procs import ROOT
 
 GIVE_UP = """

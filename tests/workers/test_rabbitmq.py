@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from tasks_backend import Principal
-from tasks_backend.amqp import dead_letter_queue_name, is_amqp
 from tasks_backend.config import Settings
-from tasks_backend.dispatch import AmqpDispatcher
-from tasks_backend.domain import JobState
-from tasks_backend.runtime import Runtime, build_runtime
-from tasks_backend.sweeper import Sweeper
+from tasks_backend.model.domain import JobState
+from tasks_backend.running.dispatch import AmqpDispatcher
+from tasks_backend.running.rabbitmq import dead_letter_queue_name, is_amqp
+from tasks_backend.running.sweeper import Sweeper
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support import rabbit
 from tests.support.procs import print_logs, sweeper_process, worker_process

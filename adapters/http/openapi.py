@@ -1,0 +1,127 @@
+"""`/openapi.json`: the HTTP API, with each operation's params schema from its marshmallow schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify
+
+import tasks_backend
+from tasks_backend.model.states import WIRE_STATUS
+from tasks_backend.service.runtime import Runtime
+
+from ..protocol import Adapter
+
+bp = Blueprint("openapi", __name__)
+ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
+#: The statuses a handle may show, in the state table's order.
+WIRE_STATUSES = list(dict.fromkeys(WIRE_STATUS.values()))
+
+_HANDLE = {
+    "type": "object",
+    "required": ["taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"],
+    "properties": {
+        "taskId": {"type": "string", "format": "uuid"},
+        "status": {"type": "string", "enum": WIRE_STATUSES},
+        "statusMessage": {"type": "string"},
+        "createdAt": {"type": "string", "format": "date-time"},
+        "lastUpdatedAt": {"type": "string", "format": "date-time"},
+        "ttlMs": {"type": "integer"},
+        "pollIntervalMs": {"type": "integer"},
+        "operation": {"type": "string"},
+        "progress": {"type": "object"},
+        "result": {},
+        "error": {"type": "object"},
+        "inputRequests": {"type": "object"},
+    },
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _answer(status: str, description: str, schema: str | None = "Handle") -> dict[str, Any]:
+    media = "application/problem+json" if schema == "Problem" else "application/json"
+    body = {"content": {media: {"schema": _ref(schema)}}} if schema else {}
+    return {status: {"description": description, **body}}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for code in ("401", *codes, "503"):
+        out.update(_answer(code, "See the problem details.", "Problem"))
+    return out
+
+
+def build_spec(runtime: Runtime) -> dict[str, Any]:
+    job_id = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+    submit_variants = []
+    for spec in runtime.registry:
+        params = runtime.registry.json_schema(spec.name)
+        # `params` may be left out only when the operation needs none of them (an absent `params` is `{}`).
+        required = ["operation", "params"] if params.get("required") else ["operation"]
+        submit_variants.append({"type": "object", "required": required, "additionalProperties": False,
+                                "properties": {"operation": {"const": spec.name}, "params": params}})
+    paths: dict[str, Any] = {
+        "/v1/jobs": {
+            "post": {"summary": "Submit a job", "parameters": [
+                {"name": "Idempotency-Key", "in": "header", "schema": {"type": "string", "maxLength": 255}}],
+                "requestBody": {"required": True,
+                                "content": {"application/json": {"schema": {"oneOf": submit_variants}}}},
+                "responses": {**_answer("202", "Accepted; poll the Location"), **_errors("400", "413", "422")}},
+            "get": {"summary": "List your jobs, newest first", "parameters": [
+                {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
+                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400")}},
+        },
+        "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
+                                      "responses": {**_answer("200", "The job"), **_errors("404")}}},
+        "/v1/jobs/{job_id}/result": {"get": {
+            "summary": "The result once completed", "parameters": [job_id],
+            "responses": {"200": {"description": "The result"}, **_answer("202", "Not finished yet"),
+                          **_answer("409", "Failed or cancelled"), **_errors("404")}}},
+        "/v1/jobs/{job_id}/cancel": {"post": {"summary": "Cancel a job", "parameters": [job_id],
+                                              "responses": {**_answer("202", "Cancelling"),
+                                                            **_errors("404", "409")}}},
+        "/v1/jobs/{job_id}/input": {"post": {
+            "summary": "Answer a job's input requests", "parameters": [job_id],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["inputResponses"],
+                "properties": {"inputResponses": {"type": "object", "minProperties": 1}}}}}},
+            "responses": {**_answer("202", "Recorded"), **_errors("400", "404", "409", "422")}}},
+        "/v1/jobs/{job_id}/events": {"get": {"summary": "Server-sent events of the job's changes",
+                                             "parameters": [job_id],
+                                             "responses": {"200": {"description": "text/event-stream"},
+                                                           **_errors("404")}}},
+        "/v1/operations": {"get": {"summary": "Registered operations",
+                                   "responses": {"200": {"description": "OK"}, **_errors()}}},
+        "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],
+                             "responses": {"200": {"description": "OK"}, "503": {"description": "Down"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics",
+                             "responses": {"200": {"description": "OK"}, **_errors()}}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tasks-backend", "version": tasks_backend.__version__},
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Handle": _HANDLE,
+                "JobList": {"type": "object", "properties": {"jobs": {"type": "array", "items": _ref("Handle")},
+                                                             "nextCursor": {"type": ["string", "null"]}}},
+                "Problem": {"type": "object", "properties": {"type": {"type": "string"}, "title": {"type": "string"},
+                                                             "status": {"type": "integer"},
+                                                             "detail": {"type": "string"}}},
+            },
+        },
+    }
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    return jsonify(build_spec(current_app.extensions["tasks_backend"]))

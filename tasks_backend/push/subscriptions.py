@@ -1,0 +1,397 @@
+"""Push subscriptions in Redis: webhooks that receive each change of a job, in order, at least once.
+
+A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`; the
+core stores it as given, tracks a delivery cursor per subscription, and has the workers' delivery loop
+POST to its `url` what the adapter's `PushFormat` makes of each change. The format is named when the
+subscription is stored, so each protocol's subscribers get that protocol's bodies and headers.
+
+Jobs without subscriptions cost nothing: only a job that has one is put on the `push_due` set, and
+only the workers' delivery loop reads that set. Every key written here expires with its job
+(`createdAt + ttlMs`); the due set is an index kept at the TTL ceiling like the sweeper's. The target
+guard and the POST itself are in `webhook`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+
+from ..errors import InvalidParams
+from ..model.domain import JobRecord, JobState
+from ..store.jobs import Event, RedisStore, redis_errors
+from .webhook import TargetRefused as TargetRefused
+from .webhook import post_event as post_event
+from .webhook import resolve_target as resolve_target
+
+#: Subscriptions one job may hold; each one is a webhook POST per event.
+MAX_CONFIGS_PER_JOB = 10
+
+# KEYS: configs, cursors. ARGV: config id, stored subscription, cursor, expiry (ms), limit.
+# The limit is checked in the write itself: a count read before a separate write lets concurrent puts
+# all see room and all store. Replacing an id already stored never counts against it. Returns 0 when
+# full (nothing written), else 1. Applied twice, the second run finds the id stored and writes the same
+# values again.
+_PUT = r"""
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+redis.call('PEXPIREAT', KEYS[2], ARGV[4])
+return 1
+"""
+
+
+class PushFormat(Protocol):
+    """What an adapter's subscribers receive: the adapter that stores a subscription names its format."""
+
+    def bodies(self, record: JobRecord, meta: Mapping[str, str]) -> list[dict[str, Any]]:
+        """The JSON bodies to POST for the job as `record` shows it (`meta`: the job's `JobMeta`)."""
+        ...
+
+    def headers(self, subscription: Mapping[str, Any]) -> dict[str, str]:
+        """Headers of each POST to this subscriber (its credentials, in the protocol's way)."""
+        ...
+
+
+def _decode(raw: str) -> tuple[str, dict[str, Any]]:
+    """(format name, subscription) of a stored value; "" for one stored without a format name."""
+    value = json.loads(raw)
+    if isinstance(value, dict) and set(value) == {"format", "subscription"}:
+        return str(value["format"]), dict(value["subscription"])
+    return "", value if isinstance(value, dict) else {}
+#: Feed entries read per job and pass; a longer backlog is read on the next pass, at once.
+FEED_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where delivery to one config stands: the last event sent, and the retry state of the next.
+
+    `done`: the job's final state was delivered to this config or given up on; nothing is left.
+    `tag` is new with every `put`, so a config replaced during a delivery pass is not overwritten by
+    the cursor that pass computed for the config it replaced.
+    """
+
+    after: str = "0-0"
+    attempts: int = 0
+    retry_at_ms: int = 0
+    done: bool = False
+    tag: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps({"after": self.after, "attempts": self.attempts, "retryAt": self.retry_at_ms,
+                           "done": self.done, "tag": self.tag})
+
+    @classmethod
+    def from_json(cls, raw: str) -> Cursor:
+        data = json.loads(raw)
+        return cls(str(data.get("after", "0-0")), int(data.get("attempts", 0)), int(data.get("retryAt", 0)),
+                   bool(data.get("done", False)), str(data.get("tag", "")))
+
+
+def event_key(event_id: str) -> tuple[int, int]:
+    """A stream entry id as a number pair, for ordering (`0-0` is before everything)."""
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+# -- Redis -------------------------------------------------------------------------------------
+# ARGV: how many. The due jobs and Redis's own clock (ms), which every worker process shares.
+_DUE = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))}
+"""
+
+# KEYS: lock. ARGV: token, ttl ms. Take the lock if it is free or already ours (a replay whose first
+# reply was lost must not lock its own caller out). Returns 1 when held by `token`.
+_CLAIM = r"""
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+# KEYS: lock. ARGV: token. Compare-and-delete.
+_RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: job, configs, cursors, lock. ARGV: lock token, then (config id, cursor as read, new cursor)...
+# Saves each cursor that nobody changed since it was read, and only while its config exists (deleted
+# or replaced configs are left alone), gives the cursors the job's expiry, and releases the lock.
+# Returns -1 when another worker holds the lock (nothing written), 1 when a config was added, changed
+# or replaced during the pass (look again at once), else 0. Applied twice, the second run finds the
+# lock gone and every cursor already saved: it writes nothing (and asks for one more, harmless, pass).
+_FINISH = r"""
+local lock = redis.call('GET', KEYS[4])
+if lock and lock ~= ARGV[1] then return -1 end
+local h = redis.call('HMGET', KEYS[1], 'created', 'ttl')
+local changed, seen = 0, {}
+for i = 2, #ARGV, 3 do
+  local id, old, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  seen[id] = true
+  if h[1] and redis.call('HEXISTS', KEYS[2], id) == 1 then
+    local cur = redis.call('HGET', KEYS[3], id) or ''
+    if cur ~= old then
+      changed = 1
+    elseif new ~= old then
+      redis.call('HSET', KEYS[3], id, new)
+    end
+  end
+end
+for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not seen[id] then changed = 1 end
+end
+if h[1] then redis.call('PEXPIREAT', KEYS[3], tonumber(h[1]) + tonumber(h[2])) end
+if lock then redis.call('DEL', KEYS[4]) end
+return changed
+"""
+
+# KEYS: due set. ARGV: job id, and optionally the due time the pass's claim gave it. Takes a job whose
+# every config is done off the due set, unless it is due at once (score 0: a subscription stored, or a
+# config changed, after the pass read the job) or was moved since the claim (another loop put it back
+# while it was due at once: what made it due may be newer than the pass).
+_SETTLE = r"""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) <= 0 then return 0 end
+if ARGV[2] and tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What one delivery pass read of a job, in one snapshot: the feed after the oldest cursor that is
+    `ready` (not done, no retry waiting), then the record (so the record is at least as new as every
+    event read) and the raw cursors (to save them only if nobody changed them meanwhile). `record` is
+    None when the job is gone or no config has anything left."""
+
+    job_id: str
+    record: JobRecord | None
+    configs: dict[str, dict[str, Any]]
+    cursors: dict[str, str]
+    ready: frozenset[str]
+    #: The job's adapter metadata (`JobMeta`), for the formats.
+    meta: dict[str, str]
+    events: list[Event]
+    feed_exists: bool
+    #: Each subscription's format name ("" when it was stored without one).
+    formats: dict[str, str]
+
+    def cursor(self, config_id: str) -> Cursor:
+        raw = self.cursors.get(config_id)
+        return Cursor.from_json(raw) if raw else Cursor()
+
+
+def _event(entry_id: str, f: dict[str, str]) -> Event:
+    return Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
+                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
+
+
+class PushStore:
+    """A job's push subscriptions, their delivery cursors, and the due set the delivery loop reads."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.keys = store.keys
+        self._put = self.redis.register_script(_PUT)
+        self._due = self.redis.register_script(_DUE)
+        self._claim = self.redis.register_script(_CLAIM)
+        self._release = self.redis.register_script(_RELEASE)
+        self._finish = self.redis.register_script(_FINISH)
+        self._settle = self.redis.register_script(_SETTLE)
+
+    # -- subscriptions (web side) -------------------------------------------------------
+    def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0,
+            format: str | None = None) -> dict[str, Any]:
+        """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
+        after `after`.
+
+        On a finished job the subscription is done at once only when `after` is at the end of the feed:
+        a SendMessage retried after its job finished (its first try submitted the job but never stored
+        the subscription) asks for everything from `0-0`, the final state included. A feed that has
+        already expired has nothing left to send. The job is due at once (score 0, not this host's
+        clock, which the workers may not share); `now_ms` is accepted for older callers.
+
+        The subscription and its cursor are written together (one slot, the job's); the due entry after
+        them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put
+        that fails between the two has not been acknowledged: the client's retry writes the entry.
+        """
+        stored = json.dumps(config if format is None else {"format": format, "subscription": config})
+        configs_key, cursors_key = self.keys.push_configs(record.id), self.keys.push_cursors(record.id)
+        with redis_errors():
+            # A finished job's feed gets no more entries, so its last one is the final state's.
+            done = record.terminal and event_key(after) >= event_key(self.last_event_id(record.id))
+            cursor = Cursor(after=after, done=done, tag=uuid.uuid4().hex[:12])
+            stored_ok = self._put(keys=[configs_key, cursors_key], args=[
+                config["id"], stored, cursor.to_json(), record.expires_ms, MAX_CONFIGS_PER_JOB])
+            if not stored_ok:
+                raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
+            self._schedule(record.id, 0)
+        return config
+
+    def get(self, job_id: str, config_id: str) -> dict[str, Any] | None:
+        with redis_errors():
+            raw = self.redis.hget(self.keys.push_configs(job_id), config_id)
+        return _decode(raw)[1] if isinstance(raw, str) else None
+
+    def configs(self, job_id: str) -> list[dict[str, Any]]:
+        with redis_errors():
+            raw = self.redis.hgetall(self.keys.push_configs(job_id))
+        return [_decode(v)[1] for _, v in sorted(raw.items())]
+
+    def delete(self, job_id: str, config_id: str) -> bool:
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hdel(self.keys.push_configs(job_id), config_id)
+            pipe.hdel(self.keys.push_cursors(job_id), config_id)
+            removed, _ = pipe.execute()
+        return bool(removed)
+
+    def last_event_id(self, job_id: str) -> str:
+        """The id of the job's newest feed entry (`0-0` if the feed is empty or gone)."""
+        with redis_errors():
+            rows = self.redis.xrevrange(self.keys.events(job_id), count=1)
+        return str(rows[0][0]) if rows else "0-0"
+
+    # -- delivery (worker side) ---------------------------------------------------------
+    def due(self, limit: int) -> tuple[int, list[str]]:
+        """(Redis's time in ms, up to `limit` jobs due by then)."""
+        with redis_errors():
+            now, ids = self._due(keys=[self.keys.push_due()], args=[limit])
+        return int(now), [str(i) for i in ids]
+
+    def claim_many(self, job_ids: list[str], token: str, lease_ms: int, now_ms: int) -> list[str]:
+        """Lock each job for this pass; the ones won are also moved `lease_ms` ahead in the due set, so
+        no loop polls them while they are in flight (and a pass that dies is retried after the lease)."""
+        if not job_ids:
+            return []
+        def claim() -> list[Any]:
+            # By SHA in a plain pipeline: a `Script` in a pipeline costs a SCRIPT EXISTS round trip each time.
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.evalsha(self._claim.sha, 1, self.keys.push_lock(job_id), token, lease_ms)
+            return list(pipe.execute())
+
+        with redis_errors():
+            try:
+                outcomes = claim()
+            except redis.exceptions.NoScriptError:  # Redis restarted; claiming again is harmless
+                self.redis.script_load(_CLAIM)
+                outcomes = claim()
+            won = [j for j, ok in zip(job_ids, outcomes, strict=True) if ok == 1]
+            if won:
+                self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
+        return won
+
+    def owners(self, job_ids: list[str]) -> dict[str, str | None]:
+        """Each job's owner (None when the job is gone), so a loop can share its passes between owners
+        before it claims anything."""
+        if not job_ids:
+            return {}
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in job_ids:
+                pipe.hget(self.keys.job(job_id), "owner")
+            found = pipe.execute()
+        return {j: (str(o) if o is not None else None) for j, o in zip(job_ids, found, strict=True)}
+
+    def defer(self, job_ids: list[str], at_ms: int) -> None:
+        """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then."""
+        if job_ids:
+            with redis_errors():
+                self.redis.zadd(self.keys.push_due(), dict.fromkeys(job_ids, at_ms), xx=True)
+
+    def cursors(self, job_id: str) -> dict[str, Cursor]:
+        with redis_errors():
+            raw = self.redis.hgetall(self.keys.push_cursors(job_id))
+        return {str(k): Cursor.from_json(str(v)) for k, v in raw.items()}
+
+    def try_claim(self, job_id: str, ttl_ms: int) -> str | None:
+        """A short exclusive claim on delivering one job's events, so two workers never both post."""
+        token = uuid.uuid4().hex
+        with redis_errors():
+            ok = self._claim(keys=[self.keys.push_lock(job_id)], args=[token, ttl_ms])
+        return token if ok == 1 else None
+
+    def release(self, job_id: str, token: str) -> None:
+        with redis_errors():
+            self._release(keys=[self.keys.push_lock(job_id)], args=[token])
+
+    def read(self, job_id: str, now_ms: int) -> Pending:
+        """The configs, cursors, feed and record of one job, as a pass at `now_ms` needs them."""
+        k = self.keys
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hgetall(k.push_configs(job_id))
+            pipe.hgetall(k.push_cursors(job_id))
+            raw_configs, cursors = pipe.execute()
+            decoded = {str(i): _decode(v) for i, v in raw_configs.items()}
+            configs = {i: subscription for i, (_, subscription) in decoded.items()}
+            formats = {i: name for i, (name, _) in decoded.items()}
+            open_cursors = {i: Cursor.from_json(cursors[i]) if i in cursors else Cursor() for i in configs}
+            open_cursors = {i: c for i, c in open_cursors.items() if not c.done}
+            ready = frozenset(i for i, c in open_cursors.items() if c.retry_at_ms <= now_ms)
+            if not open_cursors:
+                return Pending(job_id, None, configs, cursors, ready, {}, [], False, formats)
+            pipe = self.redis.pipeline(transaction=True)
+            if ready:
+                # Configs waiting for a retry are left out: read from where they stand, the batch
+                # might never reach the configs that are ahead of them.
+                pipe.xread({k.events(job_id): min((open_cursors[i].after for i in ready), key=event_key)},
+                           count=FEED_BATCH)
+            pipe.exists(k.events(job_id))
+            pipe.hgetall(k.job(job_id))
+            pipe.hgetall(k.job_meta(job_id))
+            replies = pipe.execute()
+        feed = replies.pop(0) if ready else None
+        exists, raw_job, meta = replies
+        entries = [e for _stream, rows in feed or [] for e in rows]
+        record = JobRecord.from_hash(job_id, raw_job) if raw_job else None
+        return Pending(job_id, record, configs, cursors, ready, {str(n): str(v) for n, v in meta.items()},
+                       [_event(i, f) for i, f in entries], bool(exists), formats)
+
+    def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None, *,
+               claimed_at_ms: int | None = None) -> None:
+        """Save a pass's cursors, set when the job is next due (None: done with it), release the lock.
+
+        A next due time is set first, so a save that fails still leaves the job due. A job that is done
+        leaves the due set only after the save, and only if nothing made it due at once meanwhile: a
+        save that fails (or whose reply is lost) leaves it where the claim put it, looked at again when
+        the lock lapses, and a config stored during the pass (due at once) is never taken off with it,
+        nor a job moved since its claim gave it `claimed_at_ms`."""
+        k = self.keys
+        args: list[str] = [token]
+        for config_id in pending.configs:
+            old = pending.cursors.get(config_id, "")
+            new = cursors[config_id].to_json() if config_id in cursors else old
+            args += [config_id, old, new]
+        keys = [k.job(pending.job_id), k.push_configs(pending.job_id), k.push_cursors(pending.job_id),
+                k.push_lock(pending.job_id)]
+        with redis_errors():
+            if next_at_ms is not None:
+                self._schedule(pending.job_id, next_at_ms)
+            outcome = int(self._finish(keys=keys, args=args))
+            if outcome == 1:
+                self._schedule(pending.job_id, 0)
+            elif outcome == 0 and next_at_ms is None:
+                settle_args: list[Any] = [pending.job_id]
+                if claimed_at_ms is not None:
+                    settle_args.append(claimed_at_ms)
+                self._settle(keys=[k.push_due()], args=settle_args)
+
+    def _schedule(self, job_id: str, at_ms: int) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(self.keys.push_due(), {job_id: at_ms})
+        pipe.pexpire(self.keys.push_due(), self.store.max_ttl_ms)  # it may have expired meanwhile
+        pipe.execute()

@@ -1,0 +1,158 @@
+"""Webhooks: which targets are allowed, and one POST with a deadline.
+
+The guard allows only targets that resolve to global unicast addresses outside IANA's special-purpose
+registries (`special_addresses`; an IPv6 form that only writes an IPv4 address is judged by that
+address) unless `push_allow_private` is set. It runs when a config is created (a clear error for the
+caller) and again on every delivery, where the connection is pinned to the address that was checked,
+so a DNS answer that changes in between cannot redirect a POST into the private network.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import InvalidParams
+from .special_addresses import allowed_target
+
+#: Bytes of a receiver's answer that are read (and thrown away) before the connection is closed.
+MAX_ANSWER_BYTES = 64 * 1024
+
+
+
+class TargetRefused(InvalidParams):
+    message = "The push notification URL is not allowed."
+
+
+# -- the guard ---------------------------------------------------------------------------------
+def _allowed(address: str) -> bool:
+    return allowed_target(ipaddress.ip_address(address.split("%", 1)[0]))
+
+
+def resolve_target(url: str, allow_private: bool) -> tuple[str, str, int, str]:
+    """(scheme, host, port, address to connect to) for an allowed webhook URL, or `TargetRefused`."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise TargetRefused("The push notification URL must be an absolute http or https URL.")
+    if parts.username or parts.password:
+        raise TargetRefused("Put credentials in `authentication`, not in the URL.")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise TargetRefused("The push notification URL has an invalid port.") from exc
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TargetRefused("The push notification host does not resolve.") from exc
+    addresses = [str(info[4][0]) for info in infos]
+    if not allow_private and not all(_allowed(a) for a in addresses):
+        raise TargetRefused("The push notification URL points at a loopback, link-local, private or other "
+                            "special-purpose address; the server is not configured to allow that.")
+    return parts.scheme, parts.hostname, port, addresses[0]
+
+
+# -- one POST ----------------------------------------------------------------------------------
+class _Deadline:
+    """A total time limit on one HTTP exchange.
+
+    Socket timeouts bound each read, not their sum: a receiver sending a byte a second would hold
+    the connection for as long as it likes. At the deadline a timer shuts the socket down, which
+    ends any read or write in progress. The lock keeps the timer off a descriptor that was closed
+    (and may have been reused) once the exchange ended.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expires = time.monotonic() + seconds
+        self.fired = False
+        self._fd = -1
+        self._over = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def remaining(self) -> float:
+        left = self.expires - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the push deadline passed")
+        return left
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._fd = sock.fileno()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._over:
+                return
+            self.fired = True
+            if self._fd >= 0:
+                sock = socket.socket(fileno=self._fd)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                finally:
+                    sock.detach()
+
+    def __enter__(self) -> _Deadline:
+        self._timer = threading.Timer(max(0.0, self.expires - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        with self._lock:
+            self._over = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def post_event(config: Mapping[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float,
+               headers: Mapping[str, str] | None = None) -> int:
+    """POST one body as JSON to a subscription's `url`, with the subscriber's `headers`; returns the HTTP status.
+
+    The whole exchange (connect, send, status line, headers and body) ends within `timeout_s`, or
+    raises `TimeoutError`. Redirects are not followed: a 3xx is a failed delivery, never a second
+    request elsewhere. Raises `TargetRefused`, `OSError` or `http.client.HTTPException` otherwise.
+    """
+    deadline = _Deadline(timeout_s)
+    url = config["url"]
+    scheme, host, port, address = resolve_target(url, allow_private)
+    parts = urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    # `Connection: close`: the answer ends when the receiver closes, so reading it cannot wait on keep-alive.
+    sent = {"Content-Type": "application/json", "User-Agent": "tasks-backend-push", "Connection": "close",
+            **(headers or {})}
+    conn: http.client.HTTPConnection
+    if scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout_s)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    # Connect to the address that passed the guard; Host and TLS SNI still use the name.
+    def pinned(addr: tuple[str, int], timeout: float | None, source: Any = None) -> socket.socket:
+        sock = socket.create_connection((address, addr[1]), deadline.remaining(), source)
+        deadline.watch(sock)
+        return sock
+
+    conn._create_connection = pinned  # type: ignore[attr-defined]
+    try:
+        with deadline:
+            conn.request("POST", path, body=json.dumps(body).encode(), headers=sent)
+            response = conn.getresponse()
+            response.read(MAX_ANSWER_BYTES)
+            return response.status
+    except (OSError, http.client.HTTPException) as exc:
+        if deadline.fired:
+            raise TimeoutError(f"no complete answer within {timeout_s:g} s") from exc
+        raise
+    finally:
+        conn.close()

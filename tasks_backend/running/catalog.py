@@ -1,0 +1,177 @@
+"""The operations the workers run, published in Redis, for applications that submit without the job code.
+
+Celery's `send_task` sends a task by its name alone. A submit here also checks the params, and an application
+that only submits and waits (`connect_service()`) may be unable to import the job modules that
+`TASKS_BACKEND_JOBS` names: they live with the workers. So every worker publishes what a submit needs of each
+operation it runs (its description, its params' JSON Schema, TTL and poll interval) in one hash, and such an
+application checks submits against that (`PublishedOperations`).
+
+Each entry carries when it was last published, by Redis's clock. A publish writes the worker's entries, drops
+those no worker published for `CATALOG_TTL_S` (an operation taken out of the code) and gives the hash that TTL,
+so that with no worker publishing for that long nothing is left to check against, and a submit says why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidParams, StoreUnavailable, UnknownOperation
+from ..model.validation import params_problems
+from ..store.jobs import redis_errors
+from ..store.keys import Keys
+from .registry import Registry
+
+log = logging.getLogger(__name__)
+
+#: How long an entry outlives its last publish.
+CATALOG_TTL_S = 24 * 3600.0
+#: How often a worker publishes again, and how soon it tries again after a publish failed.
+REFRESH_S = 300.0
+RETRY_S = 5.0
+#: How long an application uses what it read before reading the hash again.
+CACHE_S = 5.0
+
+# KEYS[1] the catalog; ARGV[1] the TTL in ms, then (name, entry) pairs. Each value is "<publish ms> <entry>".
+# Applied twice, it gives the same catalog (with a later time).
+_PUBLISH = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local held = redis.call('HGETALL', KEYS[1])
+for i = 1, #held, 2 do
+  local at = tonumber(string.match(held[i + 1], '^(%d+) '))
+  if at == nil or at < now - ttl then
+    redis.call('HDEL', KEYS[1], held[i])
+  end
+end
+local stamp = string.format('%d', now) .. ' '
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], stamp .. ARGV[i + 1])
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return (#ARGV - 1) / 2
+"""
+
+
+def entries(registry: Registry) -> dict[str, str]:
+    """What a submit needs of each operation of `registry`, as JSON (the shape `GET /v1/operations` uses)."""
+    return {spec.name: json.dumps({"name": spec.name, "description": spec.description,
+                                   "paramsSchema": registry.json_schema(spec.name), "ttlS": spec.ttl_s,
+                                   "pollIntervalS": spec.poll_interval_s}, separators=(",", ":"), sort_keys=True)
+            for spec in registry}
+
+
+def publish(client: Any, keys: Keys, registry: Registry, ttl_s: float = CATALOG_TTL_S) -> int:
+    """Publish `registry`'s operations; returns how many. Raises `StoreUnavailable` if Redis cannot be reached."""
+    args: list[Any] = [int(ttl_s * 1000)]
+    for name, entry in entries(registry).items():
+        args += [name, entry]
+    with redis_errors():
+        return int(client.register_script(_PUBLISH)(keys=[keys.operations()], args=args))
+
+
+class Publisher:
+    """A worker's: publishes its operations, then again every `refresh_s` until stopped."""
+
+    def __init__(self, client: Any, keys: Keys, registry: Registry, refresh_s: float = REFRESH_S,
+                 retry_s: float = RETRY_S) -> None:
+        self.client, self.keys, self.registry = client, keys, registry
+        self.refresh_s, self.retry_s = refresh_s, retry_s
+        #: Whether the last publish succeeded (the next one comes after `refresh_s` if so, else `retry_s`).
+        self.published = False
+
+    def publish(self) -> bool:
+        try:
+            publish(self.client, self.keys, self.registry)
+        except StoreUnavailable:
+            if self.published:  # once per outage, not once per retry
+                log.warning("operations not published: Redis is unreachable; trying again every %gs", self.retry_s)
+            self.published = False
+            return False
+        self.published = True
+        return True
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Publish again and again until `stop` is set (the first publish is the caller's, see `publish`)."""
+        while not stop.wait(self.refresh_s if self.published else self.retry_s):
+            self.publish()
+
+
+@dataclass(frozen=True)
+class PublishedOperation:
+    """An operation as a worker published it: enough to check and submit it, without its code."""
+
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+    ttl_s: float | None
+    poll_interval_s: float | None
+
+    def load_params(self, raw: Any) -> dict[str, Any]:
+        """Check params against the published JSON Schema. They are stored as given: the worker's own schema
+        fills defaults and converts values when the job runs."""
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise InvalidParams("`params` must be a JSON object.")
+        errors = params_problems(self.params_schema, raw)
+        if errors:
+            raise InvalidParams("The parameters do not match the operation's schema.", extra={"errors": errors})
+        return dict(raw)
+
+    def dump_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        return params
+
+
+class PublishedOperations:
+    """The operations the workers published, read from Redis (and reused for `cache_s`)."""
+
+    def __init__(self, client: Any, keys: Keys, cache_s: float = CACHE_S) -> None:
+        self.client, self.keys, self.cache_s = client, keys, cache_s
+        self._read_at = -float("inf")
+        self._operations: dict[str, PublishedOperation] = {}
+
+    def get(self, name: str) -> PublishedOperation:
+        operations = self._read(fresh=False)
+        if isinstance(name, str) and name not in operations:
+            operations = self._read(fresh=True)  # a worker may have published it since the last read
+        spec = operations.get(name) if isinstance(name, str) else None
+        if spec is not None:
+            return spec
+        if not operations:
+            raise UnknownOperation(
+                f"No worker has published its operations to this Redis (key {self.keys.operations()!r}) within "
+                f"{CATALOG_TTL_S / 3600:g} hours, and the job modules cannot be imported here: start a worker "
+                "(`tasks-backend worker`) with the same REDIS_URL and TASKS_BACKEND_KEY_PREFIX.",
+                extra={"operations": []})
+        raise UnknownOperation(extra={"operations": sorted(operations)})
+
+    def __iter__(self) -> Any:
+        return iter(sorted(self._read(fresh=False).values(), key=lambda s: s.name))
+
+    def _read(self, *, fresh: bool) -> dict[str, PublishedOperation]:
+        if fresh or time.monotonic() - self._read_at > self.cache_s:
+            with redis_errors():
+                held = self.client.hgetall(self.keys.operations())
+            read: dict[str, PublishedOperation] = {}
+            for name, value in held.items():
+                spec = _parse(name, value)
+                if spec is not None:
+                    read[name] = spec
+            self._operations, self._read_at = read, time.monotonic()  # whole, for other threads reading it
+        return self._operations
+
+
+def _parse(name: str, value: str) -> PublishedOperation | None:
+    try:
+        entry = json.loads(value.partition(" ")[2])
+        return PublishedOperation(name, str(entry.get("description") or ""), dict(entry["paramsSchema"]),
+                                  entry.get("ttlS"), entry.get("pollIntervalS"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("operation %r: its published entry cannot be read; ignored", name)
+        return None

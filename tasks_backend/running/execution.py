@@ -1,0 +1,390 @@
+"""Running one job on a worker: claim, the job context, lease keeping, and recording the outcome.
+
+Delivery is at least once, so this is where "runs once" is made: a claim is a lease with a fencing
+token, every write carries the token (a worker that lost its lease can change nothing), recorded
+steps and answers are replayed instead of re-run, and a job that waits for a person returns its
+worker to the pool. A worker that stops hands its running jobs back to the queue at their next
+cancellation point, so that they resume at once elsewhere (or on its next start) from their last
+recorded step, rather than when their lease lapses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from marshmallow import Schema
+
+from ..config import Settings
+from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
+from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
+from ..store.jobs import RedisStore, new_request_id, through_outage
+from .dispatch import Dispatcher
+from .registry import JobSpec, Registry
+from .stats import JobStats
+
+T = TypeVar("T")
+Form = dict[str, Any] | type[Schema] | Schema | None
+log = logging.getLogger(__name__)
+#: How often a worker process writes what may lag a job's outcome (metrics, sweep schedule cleanup).
+TICK_S = 1.0
+
+
+# Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
+class JobCancelled(BaseException):
+    """Raised at a cancellation point once the owner cancelled the job (it is `cancelled` already)."""
+
+
+class LeaseLost(BaseException):
+    """This worker no longer holds the job (its lease lapsed, or the job expired or finished)."""
+
+
+class HandedBack(BaseException):
+    """Raised at a cancellation point once this worker is stopping: the job goes back to the queue."""
+
+
+class _Parked(BaseException):
+    def __init__(self, requests: dict[str, Any], message: str) -> None:
+        self.requests = requests
+        self.message = message
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Lease:
+    """What the keeper knows of one running job: its token, and whether it was cancelled or lost."""
+
+    def __init__(self, job_id: str, token: int) -> None:
+        self.job_id, self.token = job_id, token
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()
+
+    def observe(self, state: int) -> None:
+        if state < 0:
+            self.lost.set()
+        elif state == 1:
+            self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
+
+
+class LeaseKeeper:
+    """One thread per worker process renews the leases of every job the process runs, in one round trip,
+    and calls `tick` about once a second (to write what may lag a job's outcome).
+
+    It starts on first use, so in a prefork pool it runs in each child, never in the parent.
+    """
+
+    def __init__(self, store: RedisStore, lease_ms: int, tick: Callable[[], None] = lambda: None) -> None:
+        self.store, self.lease_ms, self.tick = store, lease_ms, tick
+        self._leases: dict[str, Lease] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, job_id: str, token: int) -> Lease:
+        lease = Lease(job_id, token)
+        with self._lock:
+            self._leases[job_id] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+                self._thread.start()
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        with self._lock:
+            if self._leases.get(lease.job_id) is lease:
+                del self._leases[lease.job_id]
+
+    def _run(self) -> None:
+        interval = self.lease_ms / 3000
+        renew_at = time.monotonic() + interval
+        while True:
+            time.sleep(min(interval, TICK_S))
+            try:
+                self.tick()
+            except Exception:
+                log.exception("lease keeper tick failed")
+            if time.monotonic() < renew_at:
+                continue
+            renew_at = time.monotonic() + interval
+            with self._lock:
+                held = list(self._leases.values())
+            if not held:
+                continue
+            try:
+                states = self.store.renew_many([(h.job_id, h.token) for h in held], lease_ms=self.lease_ms)
+            except StoreUnavailable:
+                continue
+            for lease, state in zip(held, states, strict=True):
+                lease.observe(state)
+
+
+class JobContext:
+    """What a job function gets as `ctx`."""
+
+    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: Lease) -> None:
+        self._executor = executor
+        self._store = executor.store
+        self._keeper = keeper
+        self._token = token
+        self._tolerance = executor.settings.lease_s * 10
+        self.job_id = record.id
+        self.operation = record.operation
+        self.attempt = record.attempts  # the claim already counted this run
+        self._last_progress = 0.0
+        self._last_check = 0.0
+        #: The job was told it should stop because its worker is: whatever it returns is not its result.
+        self.told_to_stop = False
+
+    # -- progress and cancellation ----------------------------------------------
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress. Cheap to call often: writes are coalesced to a few per second."""
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._last_progress < 0.1:
+            return
+        self._last_progress = now
+        try:
+            state = self._store.progress(self.job_id, self._token, message=message, done=done, total=total)
+        except StoreUnavailable:
+            return  # progress is advisory; the next call or the outcome will carry on
+        self._observe(state)
+
+    def _observe(self, state: int) -> None:
+        self._keeper.observe(state)
+        self._last_check = time.monotonic()
+
+    @property
+    def cancelled(self) -> bool:
+        if self._executor.stopping.is_set():
+            self.told_to_stop = True
+            return True
+        if self._keeper.cancelled.is_set() or self._keeper.lost.is_set():
+            return True
+        if time.monotonic() - self._last_check > 0.05:
+            try:
+                flag = self._store.cancel_requested(self.job_id, self._token)
+            except StoreUnavailable:
+                return False
+            self._observe(-1 if flag is None else int(flag))
+        return self._keeper.cancelled.is_set() or self._keeper.lost.is_set()
+
+    def check_cancelled(self) -> None:
+        """A cancellation point: raises if the job was cancelled or this worker lost it."""
+        if self.cancelled:
+            if self._keeper.cancelled.is_set():
+                raise JobCancelled()
+            if self.told_to_stop:
+                raise HandedBack()
+            raise LeaseLost()
+
+    # -- durability --------------------------------------------------------------
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run `fn` once for this job and record its JSON result; a replay returns the record."""
+        recorded = through_outage(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
+        if recorded is not None:
+            return json.loads(recorded)  # type: ignore[no-any-return]
+        self.check_cancelled()
+        value = fn()
+        encoded = json.dumps(value)
+        outcome, stored = through_outage(
+            lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
+        if outcome == JobState.CANCELLED:
+            self._keeper.cancelled.set()
+            raise JobCancelled()
+        if outcome == "fenced":
+            raise LeaseLost()
+        return json.loads(stored)  # type: ignore[no-any-return]
+
+    def idempotency_key(self, name: str) -> str:
+        """A key stable across every replay of this job, for downstream APIs that deduplicate."""
+        return hashlib.sha256(f"{self.job_id}:{name}".encode()).hexdigest()[:32]
+
+    def ask(self, key: str, message: str, schema: Form = None) -> Any:
+        """The answer to `key` if one was given (None if declined); otherwise park the job and ask."""
+        return self.ask_all({key: (message, schema)})[key]
+
+    def ask_all(self, questions: dict[str, tuple[str, Form]]) -> dict[str, Any]:
+        """Ask several questions at once; the job resumes when every one of them is answered."""
+        recorded = through_outage(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
+        answers: dict[str, Any] = {}
+        missing: dict[str, Any] = {}
+        for key, (message, schema) in questions.items():
+            raw = recorded.get(key)
+            if raw is None:
+                missing[key] = {"method": "elicitation/create",
+                                "params": {"mode": "form", "message": message,
+                                           "requestedSchema": self._executor.registry.form_schema(schema)}}
+                continue
+            answer = json.loads(raw)
+            answers[key] = answer.get("content") if answer.get("action") == "accept" else None
+        if missing:
+            first = next(iter(missing.values()))["params"]["message"]
+            raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
+        return answers
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking early (and raising) if the job is cancelled or lost meanwhile."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.check_cancelled()
+            self._keeper.cancelled.wait(min(left, 0.1))
+        self.check_cancelled()
+
+
+class Executor:
+    def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
+                 name: str | None = None) -> None:
+        self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
+        self.name = name or worker_name()
+        self.lease_ms = int(settings.lease_s * 1000)
+        self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
+        self.stats = JobStats(store)
+        #: Set when this process's worker stops: running jobs are handed back at their next cancellation point.
+        self.stopping = threading.Event()
+        self._running: dict[str, JobRecord] = {}
+        self._finished: list[str] = []
+        self._finished_lock = threading.Lock()
+
+    def flush(self) -> None:
+        """Write what may lag a job's outcome by a second: its metrics, and taking it off the sweep schedule.
+
+        Neither is needed for correctness at once: the sweeper drops the entry of a finished job it
+        finds, and metrics are metrics. Batching them keeps a finished job to one command."""
+        with self._finished_lock:
+            finished, self._finished = self._finished, []
+        try:
+            self.store.unschedule_finished(finished, also=self.stats.flush_into)
+        except StoreUnavailable:
+            log.debug("deferred writes dropped: Redis is unreachable")
+
+    def run(self, job_id: str) -> str:
+        """Run the job if it is ours to run; returns what happened (for logs and tests)."""
+        outcome, record = self.store.claim(
+            job_id, lease_ms=self.lease_ms, worker=self.name,
+            max_attempts=self.settings.max_attempts,
+            exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
+                                        "the worker running it was lost each time.", "type": "WorkerLost"})
+        if outcome != "ok" or record is None:
+            return outcome
+        lease = self.keeper.hold(job_id, record.token)
+        with self._finished_lock:
+            self._running[job_id] = record
+        try:
+            return self._execute(record, record.token, lease)
+        finally:
+            with self._finished_lock:
+                self._running.pop(job_id, None)
+            self.keeper.release(lease)
+
+    def hand_back_overdue(self) -> list[str]:
+        """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they
+        reached no cancellation point (a long computation, a blocking call). The move is fenced by each run's
+        token, so the run, if it ever goes on, can record nothing more. Returns the ids handed back."""
+        with self._finished_lock:
+            running = list(self._running.values())
+        return [r.id for r in running if self._hand_back(r, r.token) == "handed back"]
+
+    def _execute(self, record: JobRecord, token: int, keeper: Lease) -> str:
+        ctx = JobContext(self, record, token, keeper)
+        spec: JobSpec | None = None
+        try:
+            spec = self.registry.get(record.operation)
+            params = spec.load_params(record.params)
+            result = spec.fn(ctx, **params)
+            if ctx.told_to_stop:  # it saw `cancelled` and returned early: what it returned is not its result
+                raise HandedBack()
+            encoded = json.dumps(result)
+        except HandedBack:
+            return self._hand_back(record, token)
+        except _Parked as parked:
+            return self._finish(record, token, JobState.INPUT_REQUIRED, {
+                "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
+                "attempts": "0"})
+        except JobCancelled:
+            return self._cancelled(record)
+        except LeaseLost:
+            return "lost"
+        except Exception as exc:
+            if spec is not None and isinstance(exc, spec.retry_on):
+                retried = self._retry(record, token, spec, exc)
+                if retried:
+                    return retried
+            log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
+            error = _error(exc)
+            return self._finish(record, token, JobState.FAILED, {
+                "error": json.dumps(error), "msg": error["message"][:200], "lease": "", "worker": ""})
+        return self._finish(record, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
+
+    def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:
+        retries = record.retries
+        if retries >= spec.max_retries:
+            return None
+        delay = spec.retry_backoff_s * (2**retries)
+        # The sweep entry rides with the move into `queued`: if the publish below never happens, the
+        # sweeper republishes once the delay and the grace have passed.
+        outcome = self._finish(record, token, JobState.QUEUED, {
+            "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
+            "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."},
+            sweep_in_ms=int(1000 * (delay + self.settings.queued_grace_s)))
+        if outcome == JobState.QUEUED:
+            try:
+                self.dispatcher.publish(record.id, record.operation, countdown_s=delay)
+            except DispatchUnavailable:
+                with contextlib.suppress(StoreUnavailable):
+                    self.store.schedule_sweep(record.id, int(1000 * delay))
+        return outcome
+
+    def _hand_back(self, record: JobRecord, token: int) -> str:
+        """This worker is stopping: the job goes back to the queue now, not when its lease lapses, and is
+        published again (the broker outlives the workers in an orderly stop). Its recorded steps and answers
+        stay, so it resumes from the last one; this run is not counted as an attempt, since no worker was
+        lost. Fenced by the token like every write, and replay-safe like every transition."""
+        outcome = self._finish(record, token, JobState.QUEUED, {
+            "attempts": str(max(0, record.attempts - 1)), "lease": "", "worker": "",
+            "msg": "Handed back by a stopping worker; it resumes from its last recorded step."},
+            sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+        if outcome != JobState.QUEUED:
+            return outcome
+        # Unpublished, it is republished by the sweeper from the entry the move wrote, after the grace.
+        with contextlib.suppress(DispatchUnavailable):
+            self.dispatcher.publish(record.id, record.operation)
+        return "handed back"  # the runner task logs it
+
+    def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str],
+                sweep_in_ms: int | None = None) -> str:
+        terminal = target in TERMINAL_STATES
+        # One request id across the retries below: a retry of a change that was applied answers "ok".
+        request_id = new_request_id()
+        outcome, _, at = through_outage(lambda: self.store.transition(
+            record.id, target, token=token, fields=fields, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
+            request_id=request_id), self.settings.lease_s * 10)
+        if outcome == JobState.CANCELLED:
+            return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
+        if outcome != "ok":
+            return outcome
+        self.stats.note_outcome(record, target, at)
+        if terminal:
+            with self._finished_lock:
+                self._finished.append(record.id)
+        return target.value
+
+    def _cancelled(self, record: JobRecord) -> str:
+        """The owner cancelled this run (the job is `cancelled` already): count it, record nothing."""
+        self.stats.note_outcome(record, JobState.CANCELLED, now_ms())
+        with self._finished_lock:
+            self._finished.append(record.id)
+        return JobState.CANCELLED.value
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    message = exc.detail if isinstance(exc, TasksBackendError) else str(exc)
+    return {"message": message or type(exc).__name__, "type": type(exc).__name__}

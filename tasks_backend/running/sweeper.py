@@ -1,0 +1,110 @@
+"""The sweeper: the safety net under at-least-once delivery.
+
+It republishes jobs stuck in `queued` (a publish that was lost, or a message lost in the broker's
+fetch window; not jobs whose message waits behind others, see `scripts.SWEEP_ONE`), requeues jobs whose
+worker died (lease lapsed) and fails jobs that used up their attempts. Jobs past their TTL simply
+expire in Redis; a worker still running one finds it gone at its next write and stops. Every decision
+is one Lua script on Redis's clock, so any number of sweepers may run at once, whatever their own
+clocks say; a short lock only saves them from duplicate work. An entry is moved or dropped only if
+nobody wrote it since the sweeper read it (an answer may have queued the job meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from ..config import Settings
+from ..errors import DispatchUnavailable, ServiceUnavailable
+from ..store.jobs import RedisStore
+from .dispatch import AmqpDispatcher, Dispatcher
+from .rabbitmq import DeadLetters
+from .stats import JobStats
+
+log = logging.getLogger(__name__)
+
+
+class Sweeper:
+    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 1000) -> None:
+        self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
+
+    def sweep_once(self, max_rounds: int = 1000) -> dict[str, int]:
+        """Look at every job that is due now (by Redis's clock), `batch` jobs per round trip.
+
+        A pass drains the schedule: with thousands of running jobs, each must be seen once per lease
+        period, and a pass that stopped at a fixed count would let leases lapse unseen."""
+        counts: dict[str, int] = {}
+        interval_ms = int(self.settings.sweep_interval_s * 1000)
+        if not self.store.try_lock("sweep", max(interval_ms // 2, 100)):
+            return counts
+        if isinstance(self.dispatcher, AmqpDispatcher):
+            self._fail_dead_letters(self.dispatcher.dead_letters, counts)
+        seen: set[str] = set()
+        for _ in range(max_rounds):
+            now, due = self.store.due_for_sweep(self.batch)
+            fresh = [(job_id, score) for job_id, score in due if job_id not in seen]
+            if not fresh:
+                break
+            seen.update(job_id for job_id, _ in fresh)
+            self._sweep(now, fresh, counts, interval_ms)
+            if len(due) < self.batch:
+                break
+        JobStats(self.store).sweeper_actions(counts)
+        if counts:
+            log.info("sweep: %s", counts)
+        return counts
+
+    def _sweep(self, now: int, due: list[tuple[str, str]], counts: dict[str, int], interval_ms: int) -> None:
+        try:
+            backlog = self.dispatcher.backlog()
+        except DispatchUnavailable:
+            backlog = None
+        replies = self.store.sweep_many(
+            [job_id for job_id, _ in due], grace_ms=int(self.settings.queued_grace_s * 1000),
+            max_attempts=self.settings.max_attempts, backlog=backlog,
+            abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
+                                        "running it was lost each time.", "type": "WorkerLost"})
+        settled: list[tuple[str, str, int | None]] = []
+        for (job_id, score), (action, when, operation) in zip(due, replies, strict=True):
+            if action == "republish" and self._orphan(job_id):
+                action = "orphan"
+            counts[action] = counts.get(action, 0) + 1
+            if action == "republish":
+                try:
+                    self.dispatcher.publish(job_id, operation)
+                except DispatchUnavailable:
+                    when = now + interval_ms
+            settled.append((job_id, score, when if action in ("republish", "later") else None))
+        self.store.settle_sweep(settled)
+
+    def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:
+        """RabbitMQ dead-letters a message past its delivery limit; its job is failed here (see `rabbitmq`)."""
+        try:
+            taken = dead_letters.fail_all(self.store)
+        except Exception as exc:  # the broker unreachable: the dead letters wait in their queue
+            log.warning("dead letters not read: %s", type(exc).__name__)
+            return
+        if taken:
+            counts["dead_lettered"] = taken
+
+    def _orphan(self, job_id: str) -> bool:
+        """A job written by a submit that then lost its idempotency race, and whose submitter died
+        before removing it: nobody holds its handle, and running it would run the request twice."""
+        record = self.store.get(job_id)
+        if record is None or record.idempotency_key is None:
+            return False
+        holder = self.store.idempotency_value(record.owner, record.idempotency_key)
+        if holder is not None and holder.startswith(record.id):
+            return False
+        self.store.discard(job_id)
+        return True
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.sweep_once()
+            except ServiceUnavailable:
+                log.warning("sweep skipped: Redis or the broker is unreachable")
+            except Exception:
+                log.exception("sweep failed")
+            stop.wait(self.settings.sweep_interval_s)

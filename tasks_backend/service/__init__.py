@@ -1,0 +1,6 @@
+"""The service: `JobService` (submit, get, list, cancel, provide_input, watch) and the factories that wire
+settings into a runtime.
+
+Rule: the semantics every protocol and the Python API share; every call that names a job checks its owner.
+Imports every layer below it, and no protocol.
+"""

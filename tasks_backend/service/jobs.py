@@ -1,0 +1,437 @@
+"""JobService: the semantics every protocol adapter and the Python API share.
+
+submit (idempotent) · get · list · cancel · provide_input · watch. Every call that names a job checks
+that the caller owns it; another owner's job raises exactly the `JobNotFound` a missing one does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
+
+from ..access.auth import Principal
+from ..config import Settings
+from ..errors import (
+    BadRequest,
+    DispatchUnavailable,
+    IdempotencyConflict,
+    InvalidParams,
+    JobNotCancelable,
+    JobNotFound,
+    NotWaitingForInput,
+)
+from ..model.domain import JobRecord, JobState, SubmitOutcome
+from ..model.states import STATES_FOR_STATUS
+from ..model.validation import answer_problems
+from ..running.dispatch import Dispatcher, RedisDispatcher
+from ..running.registry import Operations
+from ..serving.drain import Drain, Interrupted
+from ..store.jobs import Event, ListPush, RedisStore
+
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 200
+
+#: A protocol's own filter over a batch of the caller's jobs: returns those it keeps, in order.
+Selector = Callable[[list[JobRecord]], list[JobRecord]]
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _valid_id(job_id: Any) -> bool:
+    if not isinstance(job_id, str) or len(job_id) != 36:
+        return False
+    try:
+        return str(uuid.UUID(job_id)) == job_id
+    except ValueError:
+        return False
+
+
+def encode_cursor(order: float, job_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{order!r}:{job_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, job_id = raw.partition(":")
+        order = float(created)
+        if not _valid_id(job_id) or not math.isfinite(order):  # nan or inf would reach Redis as a score
+            raise ValueError(job_id)
+        return order, job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not valid.") from exc
+
+
+def _recency(record: JobRecord) -> tuple[int, int, str]:
+    """Sort key: the latest change first, then the newest job, then by id."""
+    return -record.updated_ms, -record.created_ms, record.id
+
+
+def _encode_recent(key: tuple[int, int, str]) -> str:
+    return base64.urlsafe_b64encode(f"r:{-key[0]}:{-key[1]}:{key[2]}".encode()).decode().rstrip("=")
+
+
+def _decode_recent(cursor: str) -> tuple[int, int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, updated, created, job_id = raw.split(":")
+        if tag != "r" or not _valid_id(job_id):
+            raise ValueError(job_id)
+        return -int(updated), -int(created), job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not valid.") from exc
+
+
+def normalize_answer(value: Any) -> dict[str, Any]:
+    """An input response as an elicitation result: `{"action": ..., "content": {...}}`.
+
+    MCP clients send that shape; plain HTTP callers may send just the content.
+    """
+    if isinstance(value, dict) and value.get("action") in ("accept", "decline", "cancel"):
+        out: dict[str, Any] = {"action": value["action"]}
+        if value["action"] == "accept":
+            out["content"] = value.get("content", {})
+        return out
+    return {"action": "accept", "content": value}
+
+
+def check_answer(schema: dict[str, Any], answer: dict[str, Any]) -> list[str]:
+    """The problems of an accepted answer against exactly the schema the job asked with (JSON Schema)."""
+    if answer["action"] != "accept":
+        return []
+    content = answer.get("content")
+    if not isinstance(content, dict):
+        return ["the answer must be a JSON object"]
+    return answer_problems(schema, content)
+
+
+def as_principal(who: Principal | str) -> Principal:
+    """The in-process API takes a plain owner name where the adapters pass an authenticated principal."""
+    return who if isinstance(who, Principal) else Principal(who)
+
+
+class JobService:
+    def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
+                 drain: Drain | None = None) -> None:
+        self.store = store
+        #: What submits are checked against: the job modules' registry, or what the workers published.
+        self.registry = registry
+        self.dispatcher = dispatcher
+        self.settings = settings
+        #: Ends `watch` early when the process stops (see `drain`).
+        self.drain = drain or Drain()
+
+    # -- submit ----------------------------------------------------------------
+    def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
+               idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+        owner = as_principal(principal).name
+        spec = self.registry.get(operation)
+        stored_params = spec.dump_params(spec.load_params(params))
+        if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
+            raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")
+        # What a replay must repeat to get the same handle; only a submit with a key needs it.
+        request_hash = "" if idempotency_key is None else hashlib.sha256(
+            canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
+        ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
+        poll_ms = int(1000 * (spec.poll_interval_s or self.settings.default_poll_s))
+        params_json = canonical_json(stored_params)
+
+        for _ in range(3):
+            job_id = str(uuid.uuid4())
+            # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
+            fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "ttl": str(ttl_ms),
+                      "poll": str(poll_ms), "params": params_json}
+            if idempotency_key is not None:
+                fields["idem"] = idempotency_key
+            # When the broker is the store's Redis the enqueue rides in the same round trip as the record
+            # (with a key, only if the key turns out ours: see `RedisStore.create`).
+            push = self._inline_push(job_id, operation)
+            created, existing = self.store.create(
+                fields, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
+                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push)
+            if created is None:
+                continue  # the id was taken: another one
+            if existing is None:
+                fields["created"] = fields["updated"] = str(created)
+                record = JobRecord.from_hash(job_id, fields)
+                if push is None:
+                    self._publish(record)
+                return record, SubmitOutcome.CREATED
+            self.store.discard(job_id)
+            assert idempotency_key is not None
+            other_id, _, other_hash = existing.partition(" ")
+            if other_hash != request_hash:
+                raise IdempotencyConflict()
+            record_or_none = self.store.get(other_id)
+            if record_or_none is not None and record_or_none.owner != owner:
+                # Keyed by a digest of the owner's name, as the owner index is: the job is checked, not the key.
+                raise IdempotencyConflict()
+            if record_or_none is not None:
+                return record_or_none, SubmitOutcome.EXISTING
+            # The job behind the key expired a moment ago: free the key and submit afresh.
+            self.store.release_idempotency(owner, idempotency_key, existing)
+        raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
+
+    def _inline_push(self, job_id: str, operation: str) -> ListPush | None:
+        dispatcher = self.dispatcher
+        if isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store:
+            return dispatcher.inline_push(job_id, operation)
+        return None
+
+    def _ttl_ms(self, spec_ttl_s: float | None, requested_s: float | None) -> int:
+        ttl_s = requested_s if requested_s is not None else (spec_ttl_s or self.settings.default_ttl_s)
+        if ttl_s <= 0:
+            raise InvalidParams("The TTL must be positive.")
+        return int(1000 * min(ttl_s, self.settings.max_ttl_s))
+
+    def _publish(self, record: JobRecord, countdown_s: float | None = None) -> None:
+        """Publish; if the broker is down the job stays queued and the sweeper publishes it soon."""
+        try:
+            self.dispatcher.publish(record.id, record.operation, countdown_s)
+        except DispatchUnavailable:
+            try:
+                self.store.schedule_sweep(record.id, 0)
+            except Exception:
+                log.warning("job %s left for the sweeper's regular pass", record.id)
+
+    # -- read ------------------------------------------------------------------
+    def get(self, who: Principal | str, job_id: str) -> JobRecord:
+        principal = as_principal(who)
+        if not _valid_id(job_id):
+            raise JobNotFound()
+        return _visible(principal, self.store.get(job_id))
+
+    def get_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobRecord, str | None]:
+        """`get`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
+        principal = as_principal(who)
+        if not _valid_id(job_id):
+            raise JobNotFound()
+        record, value = self.store.get_with_meta(job_id, field)
+        return _visible(principal, record), value
+
+    def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,
+             cursor: str | None = None, where: Selector | None = None) -> tuple[list[JobRecord], str | None]:
+        """The caller's own jobs, newest first; `next_cursor` is None on the last page.
+
+        `where` narrows further (a protocol's own filters). A cursor is handed out only when another
+        job matches after the page, so that the last page never points at an empty one.
+        """
+        principal = as_principal(who)
+        if status is not None and status not in STATES_FOR_STATUS:
+            raise BadRequest(f"Unknown status; use one of {sorted(STATES_FOR_STATUS)}.")
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        wanted = STATES_FOR_STATUS[status] if status else None
+        position = decode_cursor(cursor) if cursor else None
+        out: list[JobRecord] = []
+        last: tuple[float, str] | None = None
+        # One more than a page, so that a full page usually also tells whether another follows.
+        with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50))) as pages:
+            for page in pages:
+                for score, record in self._live(principal.name, page, where):
+                    if wanted is not None and record.state not in wanted:
+                        continue
+                    if len(out) == limit:
+                        assert last is not None
+                        return out, encode_cursor(*last)
+                    out.append(record)
+                    last = (score, record.id)
+        return out, None
+
+    def count(self, who: Principal | str, *, where: Selector | None = None) -> int:
+        """How many of the caller's jobs there are, or how many of them `where` keeps.
+
+        Unfiltered: the size of the owner index, O(1) (it may still count jobs that expired since a
+        listing last passed them). Filtered: one pass over the owner's jobs, O(n), about three round
+        trips per 200 jobs, which only a filtered listing pays.
+        """
+        principal = as_principal(who)
+        if where is None:
+            return self.store.owner_count(principal.name)
+        total = 0
+        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
+            for page in pages:
+                total += len(self._live(principal.name, page, where))
+        return total
+
+    def list_recent(self, who: Principal | str, *, limit: int = 50, cursor: str | None = None,
+                    where: Selector | None = None) -> tuple[Sequence[JobRecord], str | None, int]:
+        """The caller's jobs that `where` keeps, most recently changed first: (page, next cursor, total).
+
+        For protocols that order by last change rather than by creation (A2A's ListTasks). The owner
+        index is ordered by creation, so this reads all of the owner's jobs, O(n) like a filtered
+        `count`, and the total comes from the same pass. Ties are broken by creation (newer first),
+        then id, so that a page never swaps two jobs with its neighbour. A job that changes between
+        two pages moves ahead of the cursor: it is not listed twice.
+        """
+        principal = as_principal(who)
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        after = _decode_recent(cursor) if cursor else None
+        kept: list[JobRecord] = []
+        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
+            for page in pages:
+                kept.extend(record for _, record in self._live(principal.name, page, where))
+        kept.sort(key=_recency)
+        rest = [r for r in kept if after is None or _recency(r) > after]
+        out = rest[:limit]
+        next_cursor = _encode_recent(_recency(out[-1])) if len(rest) > limit else None
+        return out, next_cursor, len(kept)
+
+    def _pages(self, owner: str, position: tuple[float, str] | None,
+               size: int) -> Generator[Sequence[tuple[str, float]], None, None]:
+        """The owner index, page after page from `position`; once done, `scanned` is told how many jobs were read."""
+        read = 0
+        try:
+            while page := self.store.owner_page(owner, position, size):
+                read += len(page)
+                yield page
+                position = (page[-1][1], page[-1][0])
+        finally:
+            self.scanned(owner, read)
+
+    def scanned(self, owner: str, jobs: int) -> None:
+        """A listing read `jobs` of the owner's jobs (the limits charge a long scan to the caller)."""
+
+    def _live(self, owner: str, page: Sequence[tuple[str, float]],
+              where: Selector | None) -> Sequence[tuple[float, JobRecord]]:
+        """(index score, record) behind a page of the owner index, in its order, that `where` keeps;
+        entries of expired jobs are dropped from the index on the way.
+
+        The index is keyed by a digest of the owner's name: each record's own owner is checked, and
+        another's job is passed over (and left in the index, which may be that owner's too)."""
+        records = self.store.get_many([job_id for job_id, _ in page])
+        self.store.forget_for_owner(owner, [job_id for (job_id, _), r in zip(page, records, strict=True)
+                                            if r is None])
+        live = [r for r in records if r is not None and r.owner == owner]
+        if where is not None and live:
+            live = where(live)
+        scores: dict[str, float] = dict(page)
+        return [(scores[r.id], r) for r in live]
+
+    # -- change ----------------------------------------------------------------
+    def cancel(self, who: Principal | str, job_id: str) -> JobRecord:
+        """Cancel now and return the job, `cancelled`. A running job's worker is fenced out at once (none
+        of its later progress, steps, questions or result is recorded) and stops at its next
+        cancellation point; what its code did outside the job record before then stays done."""
+        principal = as_principal(who)
+        if not _valid_id(job_id):
+            raise JobNotFound()
+        outcome = self.store.request_cancel(job_id, principal.name)
+        if outcome == "missing":
+            raise JobNotFound()
+        if outcome == "terminal":
+            raise JobNotCancelable()
+        return self.get(principal, job_id)
+
+    def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
+        """Record answers to open input requests; once all are answered the job resumes."""
+        principal = as_principal(who)
+        if not isinstance(responses, dict) or not responses:
+            raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
+        record = self.store.get(job_id) if _valid_id(job_id) else None
+        if record is None or record.owner != principal.name:
+            raise JobNotFound()
+        if record.state is not JobState.INPUT_REQUIRED:
+            raise NotWaitingForInput()
+        requests = record.input_requests or {}
+        answers: dict[str, str] = {}
+        problems: dict[str, list[str]] = {}
+        for key, value in responses.items():
+            if key not in requests:
+                continue  # unknown or superseded keys are ignored, as the MCP extension asks
+            answer = normalize_answer(value)
+            schema = requests[key].get("params", {}).get("requestedSchema") or {}
+            issues = check_answer(schema, answer)
+            if issues:
+                problems[key] = issues
+            answers[key] = canonical_json(answer)
+        if problems:
+            raise InvalidParams("Some answers do not match the requested schema.", extra={"errors": problems})
+        if answers:
+            # The sweep entry is written with the move into `queued`: if this process dies before the
+            # publish below, the sweeper publishes once the grace has passed.
+            outcome, _ = self.store.provide_input(job_id, record.owner, answers,
+                                                  sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+            if outcome == "missing":
+                raise JobNotFound()
+            if outcome == "conflict":
+                raise NotWaitingForInput()
+            if outcome == JobState.QUEUED:
+                resumed = self.store.get(job_id)
+                if resumed is not None:
+                    self._publish(resumed)
+                    return resumed
+        return self.get(principal, job_id)
+
+    # -- follow ----------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """The process is stopping: a wait that would start `watch` again answers as things stand instead."""
+        return self.drain.stopping
+
+    def watch(self, who: Principal | str, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
+              block_ms: int = 1000) -> Iterator[tuple[str, JobRecord]]:
+        """Yield the job as it stands, then (event id, record) for each change after `after`, until
+        it is terminal, `max_s` has passed or the process is stopping."""
+        principal = as_principal(who)
+        record = self.get(principal, job_id)
+        deadline = time.monotonic() + max_s
+        yield "", record
+        if record.terminal:
+            return
+        last = after
+        while time.monotonic() < deadline:
+            try:
+                with self.drain.read():
+                    events = self.store.events(job_id, last, block_ms)
+            except Interrupted:
+                return
+            if not events:
+                if self.store.get(job_id) is None:
+                    return
+                continue
+            last = events[-1].id
+            record = self.apply_event(record, events[-1])
+            yield last, record
+            if record.terminal:
+                return
+
+    def apply_event(self, record: JobRecord, event: Event) -> JobRecord:
+        """`record` as the feed entry `event` leaves it (read afresh where the entry does not carry it all)."""
+        if event.state in (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED):
+            fresh = self.store.get(record.id)
+            if fresh is not None:
+                return fresh
+        return dataclasses.replace(record, state=event.state, updated_ms=event.updated_ms,
+                                   status_message=event.message, progress=event.progress, total=event.total)
+
+    def wait(self, who: Principal | str, job_id: str, timeout_s: float) -> JobRecord:
+        """The job once it is terminal or waiting for input, or as it stands when `timeout_s` runs out."""
+        principal = as_principal(who)
+        record = self.get(principal, job_id)
+        for _, record in self.watch(principal, job_id, max_s=timeout_s, block_ms=int(min(timeout_s, 1) * 1000)):
+            if record.terminal or record.state is JobState.INPUT_REQUIRED:
+                break
+        return record
+
+
+def _visible(principal: Principal, record: JobRecord | None) -> JobRecord:
+    """The record if the principal may see it; anything else reads as missing."""
+    if record is None or (record.owner != principal.name and not principal.admin):
+        raise JobNotFound()
+    return record

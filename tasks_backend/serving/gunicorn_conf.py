@@ -1,0 +1,31 @@
+"""gunicorn settings for `tasks-backend web`: gunicorn's own logs and the app's in our one format."""
+
+import os
+import signal
+from typing import Any
+
+from tasks_backend.serving.logs import CLIENT_ADDRESS, gunicorn_logconfig
+from tasks_backend.serving.processes import die_with_parent
+
+logconfig_dict = gunicorn_logconfig()
+if os.environ.get("TASKS_BACKEND_DEV") == "1":
+    # Under `tasks-backend run` (one terminal for everything) gunicorn's own start and stop lines (booting,
+    # listening, handling a signal, each worker exiting) say what the ready banner and the supervisor's one
+    # line per process already say; its warnings and errors stay.
+    logconfig_dict["loggers"]["gunicorn.error"]["level"] = "WARNING"
+# The gevent worker reads each request head under the header deadline only on kept-alive connections, so
+# keep-alive stays on; how long an idle connection waits is that deadline (TASKS_BACKEND_HEADER_TIMEOUT).
+keepalive = 5
+# gunicorn's default access line, with the client the entrance found (behind TASKS_BACKEND_TRUSTED_PROXIES reverse
+# proxies, the forwarded client's address; otherwise the peer's) in place of the peer's address.
+access_log_format = f'%({{{CLIENT_ADDRESS}}}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+# Whom to believe about the client is TASKS_BACKEND_TRUSTED_PROXIES alone, for its address and its scheme alike
+# (adapters.entrance reads X-Forwarded-Proto by the same rule as X-Forwarded-For): gunicorn's own rule, which
+# believes a loopback peer's scheme headers and no other host's, would leave a balancer on another host unheard.
+secure_scheme_headers: dict[str, str] = {}
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """A worker dies with the master however the master ends (on Linux): one left behind by a killed master
+    would hold its streams and the port's open connections until it noticed, a second or more later."""
+    die_with_parent(signal.SIGKILL)

@@ -1,0 +1,134 @@
+"""The sweeper: no queued job is stranded, a backlog is not mistaken for a lost publish, and one pass
+looks at everything that is due."""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks_backend import Principal
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.jobs import JobService
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.jobs import RedisStore
+from tests.conftest import wait_until
+
+ALICE = Principal("alice")
+
+
+def own_runtime(runtime: Runtime, **overrides: Any) -> Runtime:
+    """A runtime with its own keys and a queue no worker reads: its sweep schedule is this test's alone."""
+    name = f"{runtime.settings.key_prefix}-{secrets.token_hex(3)}"
+    return build_runtime(runtime.settings.with_(key_prefix=name, queue=name, **overrides))
+
+
+def broker_of(rt: Runtime) -> Any:
+    """The connection the dispatcher pushes job messages on (the store's own when they share a Redis)."""
+    dispatcher: Any = rt.dispatcher
+    return dispatcher.broker
+
+
+def message_job(raw: str) -> str:
+    body = json.loads(base64.b64decode(json.loads(raw)["body"]))
+    return str(body[0][0])
+
+
+class DiesAfterInput(RedisStore):
+    """A web process that dies right after the answers were recorded, before anything else it meant to do."""
+
+    def provide_input(self, *args: Any, **kwargs: Any) -> Any:
+        super().provide_input(*args, **kwargs)
+        raise RuntimeError("the process died")
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_job_queued_by_an_answer_runs_even_if_the_answering_process_dies(runtime: Runtime,
+                                                                          tmp_path: Path) -> None:
+    record, _ = runtime.service.submit(ALICE, "test.ask_twice", {"ledger": str(tmp_path / "ledger")})
+    wait_until(lambda: runtime.service.get(ALICE, record.id).state is JobState.INPUT_REQUIRED, message="parked")
+    dying = DiesAfterInput(runtime.store.redis, runtime.store.keys, max_ttl_ms=runtime.store.max_ttl_ms)
+    with pytest.raises(RuntimeError):
+        JobService(dying, runtime.registry, runtime.dispatcher, runtime.settings).provide_input(
+            ALICE, record.id, {"first": {"v": 1}})
+    assert runtime.service.get(ALICE, record.id).state is JobState.QUEUED  # and nobody published it
+
+    def moved_on() -> bool:
+        runtime.sweeper().sweep_once()
+        return "second" in (runtime.service.get(ALICE, record.id).input_requests or {})
+
+    wait_until(moved_on, 20, interval=0.1, message="the sweeper to publish the job, and the job to run on")
+    runtime.service.cancel(ALICE, record.id)
+
+
+def test_a_backlog_is_not_republished_while_its_messages_wait(runtime: Runtime) -> None:
+    rt = own_runtime(runtime, queued_grace_s=0.2)
+    broker, queue = broker_of(rt), rt.settings.queue
+    jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(5)]
+    assert broker.llen(queue) == 5
+    looks: dict[str, int] = {}
+
+    def looked_often() -> bool:
+        for action, count in rt.sweeper().sweep_once().items():
+            looks[action] = looks.get(action, 0) + count
+        assert "republish" not in looks and broker.llen(queue) == 5, looks
+        return looks.get("later", 0) >= 5 * 4
+
+    # Each job is looked at several times past its grace while its message still waits in the queue.
+    wait_until(looked_often, 20, interval=0.1, message="several sweeps past the grace")
+    for job_id in jobs:
+        rt.service.cancel(ALICE, job_id)
+
+
+def test_a_message_that_left_the_queue_without_a_claim_is_republished(runtime: Runtime) -> None:
+    rt = own_runtime(runtime, queued_grace_s=0.2)
+    broker, queue, store = broker_of(rt), rt.settings.queue, rt.store
+    jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(3)]
+    wait_until(lambda: rt.sweeper().sweep_once().get("later", 0) >= 3, 10, interval=0.1,
+               message="a first look past the grace")
+    # Workers take the first two and claim them; the third message is lost in a worker's fetch window.
+    for expected in jobs[:2]:
+        taken = message_job(broker.rpop(queue))
+        assert taken == expected
+        assert store.claim(taken, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[0] == "ok"
+    assert message_job(broker.rpop(queue)) == jobs[2]
+    republished: dict[str, int] = {}
+
+    def republished_once() -> bool:
+        for action, count in rt.sweeper().sweep_once().items():
+            republished[action] = republished.get(action, 0) + count
+        return republished.get("republish", 0) >= 1
+
+    wait_until(republished_once, 10, interval=0.1, message="the lost message to be republished")
+    assert republished["republish"] == 1
+    assert [message_job(m) for m in broker.lrange(queue, 0, -1)] == [jobs[2]]
+    for job_id in jobs:
+        rt.service.cancel(ALICE, job_id)
+
+
+def test_a_lone_job_whose_message_was_removed_is_republished(runtime: Runtime) -> None:
+    rt = own_runtime(runtime, queued_grace_s=0.2)
+    broker, queue = broker_of(rt), rt.settings.queue
+    lone = rt.service.submit(ALICE, "test.noop", {})[0].id
+    assert message_job(broker.rpop(queue)) == lone
+    wait_until(lambda: rt.sweeper().sweep_once() is not None and broker.llen(queue) == 1, 10, interval=0.1,
+               message="the job to be republished")
+    assert message_job(broker.rpop(queue)) == lone
+    rt.service.cancel(ALICE, lone)
+
+
+def test_one_pass_looks_at_every_job_that_is_due(runtime: Runtime) -> None:
+    """Thousands of running jobs each need one look per lease period: a pass drains what is due."""
+    # More unfinished jobs than one principal may hold by default: this is about the sweeper, not the quota.
+    rt = own_runtime(runtime, queued_grace_s=600.0, max_active_jobs=0)
+    count = 2500
+    jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(count)]
+    rt.store.redis.zadd(rt.store.keys.sweep(), dict.fromkeys(jobs, 0))
+    counts = rt.sweeper().sweep_once()
+    assert counts == {"later": count}
+    assert rt.store.redis.zcount(rt.store.keys.sweep(), "-inf", 1) == 0
+    broker_of(rt).delete(rt.settings.queue)
