@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from ..access.auth import Principal
+from ..access.policy import Limits, NoLimits
 from ..config import Settings
 from ..errors import (
     BadRequest,
@@ -56,7 +57,7 @@ def as_principal(who: Principal | str) -> Principal:
 
 class JobService:
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
-                 drain: Drain | None = None) -> None:
+                 drain: Drain | None = None, *, limits: Limits | None = None) -> None:
         self.store = store
         #: What submits are checked against: the job modules' registry, or what the workers published.
         self.registry = registry
@@ -64,11 +65,14 @@ class JobService:
         self.settings = settings
         #: Ends `watch` early when the process stops (see `drain`).
         self.drain = drain or Drain()
+        #: What a submit is checked against and a listing's scan reported to (see `access.policy`).
+        self.limits: Limits = limits if limits is not None else NoLimits()
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
                idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
         owner = as_principal(principal).name
+        ttl_s = self.limits.check_submit(owner, params, ttl_s)
         spec = self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
@@ -224,7 +228,7 @@ class JobService:
 
     def _pages(self, owner: str, position: tuple[float, str] | None,
                size: int) -> Generator[Sequence[tuple[str, float]], None, None]:
-        """The owner index, page after page from `position`; once done, `scanned` is told how many jobs were read."""
+        """The owner index, page after page from `position`; once done, the limits are told how many jobs were read."""
         read = 0
         try:
             while page := self.store.owner_page(owner, position, size):
@@ -232,10 +236,7 @@ class JobService:
                 yield page
                 position = (page[-1][1], page[-1][0])
         finally:
-            self.scanned(owner, read)
-
-    def scanned(self, owner: str, jobs: int) -> None:
-        """A listing read `jobs` of the owner's jobs (the limits charge a long scan to the caller)."""
+            self.limits.scanned(owner, read)
 
     def _live(self, owner: str, page: Sequence[tuple[str, float]],
               where: Selector | None) -> Sequence[tuple[float, JobRecord]]:
