@@ -30,10 +30,7 @@ LAYERS: dict[str, int] = {
 }
 #: Imports against the order that the code still has, each with the change that removes it (issue 24). The
 #: last test keeps this list honest: an entry whose import is gone must be deleted.
-KNOWN: dict[tuple[str, str], str] = {
-    ("tasks_backend.access.limits", "tasks_backend.service.jobs"):
-        "limits become a policy handed to the service, not a JobService subclass",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _module(path: Path) -> str:

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 
 from tasks_backend import __version__
 from tasks_backend.access.auth import Principal
-from tasks_backend.access.limits import Held, StreamSlot
+from tasks_backend.access.streams import Held, StreamSlot
 from tasks_backend.errors import Conflict, InvalidParams, JobNotFound, NotWaitingForInput
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.wire import wire_json

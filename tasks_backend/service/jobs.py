@@ -6,20 +6,18 @@ that the caller owns it; another owner's job raises exactly the `JobNotFound` a 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 from ..access.auth import Principal
+from ..access.policy import Limits, NoLimits
 from ..config import Settings
 from ..errors import (
     BadRequest,
@@ -32,11 +30,12 @@ from ..errors import (
 )
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.states import STATES_FOR_STATUS
-from ..model.validation import answer_problems
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
 from ..store.jobs import Event, ListPush, RedisStore
+from .answers import check_answer, normalize_answer
+from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
 
 log = logging.getLogger(__name__)
 
@@ -51,74 +50,6 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _valid_id(job_id: Any) -> bool:
-    if not isinstance(job_id, str) or len(job_id) != 36:
-        return False
-    try:
-        return str(uuid.UUID(job_id)) == job_id
-    except ValueError:
-        return False
-
-
-def encode_cursor(order: float, job_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{order!r}:{job_id}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        created, _, job_id = raw.partition(":")
-        order = float(created)
-        if not _valid_id(job_id) or not math.isfinite(order):  # nan or inf would reach Redis as a score
-            raise ValueError(job_id)
-        return order, job_id
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise BadRequest("The cursor is not valid.") from exc
-
-
-def _recency(record: JobRecord) -> tuple[int, int, str]:
-    """Sort key: the latest change first, then the newest job, then by id."""
-    return -record.updated_ms, -record.created_ms, record.id
-
-
-def _encode_recent(key: tuple[int, int, str]) -> str:
-    return base64.urlsafe_b64encode(f"r:{-key[0]}:{-key[1]}:{key[2]}".encode()).decode().rstrip("=")
-
-
-def _decode_recent(cursor: str) -> tuple[int, int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        tag, updated, created, job_id = raw.split(":")
-        if tag != "r" or not _valid_id(job_id):
-            raise ValueError(job_id)
-        return -int(updated), -int(created), job_id
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise BadRequest("The cursor is not valid.") from exc
-
-
-def normalize_answer(value: Any) -> dict[str, Any]:
-    """An input response as an elicitation result: `{"action": ..., "content": {...}}`.
-
-    MCP clients send that shape; plain HTTP callers may send just the content.
-    """
-    if isinstance(value, dict) and value.get("action") in ("accept", "decline", "cancel"):
-        out: dict[str, Any] = {"action": value["action"]}
-        if value["action"] == "accept":
-            out["content"] = value.get("content", {})
-        return out
-    return {"action": "accept", "content": value}
-
-
-def check_answer(schema: dict[str, Any], answer: dict[str, Any]) -> list[str]:
-    """The problems of an accepted answer against exactly the schema the job asked with (JSON Schema)."""
-    if answer["action"] != "accept":
-        return []
-    content = answer.get("content")
-    if not isinstance(content, dict):
-        return ["the answer must be a JSON object"]
-    return answer_problems(schema, content)
-
-
 def as_principal(who: Principal | str) -> Principal:
     """The in-process API takes a plain owner name where the adapters pass an authenticated principal."""
     return who if isinstance(who, Principal) else Principal(who)
@@ -126,7 +57,7 @@ def as_principal(who: Principal | str) -> Principal:
 
 class JobService:
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
-                 drain: Drain | None = None) -> None:
+                 drain: Drain | None = None, *, limits: Limits | None = None) -> None:
         self.store = store
         #: What submits are checked against: the job modules' registry, or what the workers published.
         self.registry = registry
@@ -134,11 +65,14 @@ class JobService:
         self.settings = settings
         #: Ends `watch` early when the process stops (see `drain`).
         self.drain = drain or Drain()
+        #: What a submit is checked against and a listing's scan reported to (see `access.policy`).
+        self.limits: Limits = limits if limits is not None else NoLimits()
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
                idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
         owner = as_principal(principal).name
+        ttl_s = self.limits.check_submit(owner, params, ttl_s)
         spec = self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
@@ -211,14 +145,14 @@ class JobService:
     # -- read ------------------------------------------------------------------
     def get(self, who: Principal | str, job_id: str) -> JobRecord:
         principal = as_principal(who)
-        if not _valid_id(job_id):
+        if not valid_id(job_id):
             raise JobNotFound()
         return _visible(principal, self.store.get(job_id))
 
     def get_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobRecord, str | None]:
         """`get`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
         principal = as_principal(who)
-        if not _valid_id(job_id):
+        if not valid_id(job_id):
             raise JobNotFound()
         record, value = self.store.get_with_meta(job_id, field)
         return _visible(principal, record), value
@@ -281,20 +215,20 @@ class JobService:
         principal = as_principal(who)
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
-        after = _decode_recent(cursor) if cursor else None
+        after = decode_recent(cursor) if cursor else None
         kept: list[JobRecord] = []
         with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
             for page in pages:
                 kept.extend(record for _, record in self._live(principal.name, page, where))
-        kept.sort(key=_recency)
-        rest = [r for r in kept if after is None or _recency(r) > after]
+        kept.sort(key=recency)
+        rest = [r for r in kept if after is None or recency(r) > after]
         out = rest[:limit]
-        next_cursor = _encode_recent(_recency(out[-1])) if len(rest) > limit else None
+        next_cursor = encode_recent(recency(out[-1])) if len(rest) > limit else None
         return out, next_cursor, len(kept)
 
     def _pages(self, owner: str, position: tuple[float, str] | None,
                size: int) -> Generator[Sequence[tuple[str, float]], None, None]:
-        """The owner index, page after page from `position`; once done, `scanned` is told how many jobs were read."""
+        """The owner index, page after page from `position`; once done, the limits are told how many jobs were read."""
         read = 0
         try:
             while page := self.store.owner_page(owner, position, size):
@@ -302,10 +236,7 @@ class JobService:
                 yield page
                 position = (page[-1][1], page[-1][0])
         finally:
-            self.scanned(owner, read)
-
-    def scanned(self, owner: str, jobs: int) -> None:
-        """A listing read `jobs` of the owner's jobs (the limits charge a long scan to the caller)."""
+            self.limits.scanned(owner, read)
 
     def _live(self, owner: str, page: Sequence[tuple[str, float]],
               where: Selector | None) -> Sequence[tuple[float, JobRecord]]:
@@ -329,7 +260,7 @@ class JobService:
         of its later progress, steps, questions or result is recorded) and stops at its next
         cancellation point; what its code did outside the job record before then stays done."""
         principal = as_principal(who)
-        if not _valid_id(job_id):
+        if not valid_id(job_id):
             raise JobNotFound()
         outcome = self.store.request_cancel(job_id, principal.name)
         if outcome == "missing":
@@ -343,7 +274,7 @@ class JobService:
         principal = as_principal(who)
         if not isinstance(responses, dict) or not responses:
             raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
-        record = self.store.get(job_id) if _valid_id(job_id) else None
+        record = self.store.get(job_id) if valid_id(job_id) else None
         if record is None or record.owner != principal.name:
             raise JobNotFound()
         if record.state is not JobState.INPUT_REQUIRED:

@@ -10,7 +10,8 @@ import redis
 from celery import Celery
 
 from ..access.auth import Authenticator
-from ..access.limits import Gate, LimitedJobService, Limiter
+from ..access.gate import Gate
+from ..access.limits import Limiter
 from ..config import Settings
 from ..errors import StoreUnavailable
 from ..push.subscriptions import PushStore
@@ -106,7 +107,7 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     registry = registry if registry is not None else Registry.from_modules(settings.job_modules)
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     limiter = Limiter(client, store.keys, settings)
-    service = LimitedJobService(store, registry, dispatcher, settings, limiter)
+    service = JobService(store, registry, dispatcher, settings, limits=limiter)
     return Runtime(settings, store, registry, dispatcher, service, limiter,
                    _stream_service(settings, store, registry, dispatcher, service.drain))
 

@@ -15,7 +15,7 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
-from tasks_backend.access.limits import AUTH_FAIL_LUA, CHARGE_LUA, RATE_LUA, STREAM_LUA
+from tasks_backend.access.scripts import AUTH_FAIL_LUA, CHARGE_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.config import Settings
 from tasks_backend.errors import QuotaExceeded, RateLimited
 from tasks_backend.service.runtime import build_runtime
@@ -213,28 +213,28 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     runtime = build_runtime(make_settings(redis_base))
     limiter, keys = runtime.limits(), runtime.store.keys
     rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.active_mark("carol"), keys.owner_index("carol")]
-    first = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
-    again = limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
+    first = limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
+    again = limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
     assert first[:2] == again[:2] and first[0].split()[:2] == ["1", "2"]
-    assert limiter._eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 1)[0].split()[:2] == ["1", "1"]
+    assert limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 1)[0].split()[:2] == ["1", "1"]
 
     fail_key = [keys.auth_failures("198.51.100.7")]
-    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
-    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
-    assert limiter._eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-2")[0] == 2
+    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
+    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-2")[0] == 2
 
     stream_key = [keys.streams("carol")]
-    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
-    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
-    assert limiter._eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
+    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
+    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
+    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
 
     # A charge of 2 of a limit of 3 (1 used above, and 1 more): applied twice, the principal still has room for none
     # but not for less than none.
     charge_key = [keys.rate("dave")]
-    assert limiter._eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 1
-    assert limiter._eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 0
+    assert limiter.scripts.eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 1
+    assert limiter.scripts.eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 0
     dave = [keys.rate("dave"), keys.active_jobs("dave"), keys.active_mark("dave"), keys.owner_index("dave")]
-    assert limiter._eval(RATE_LUA, dave, 3, 60_000_000, "r-1", 1)[0].split()[:2] == ["1", "0"]
+    assert limiter.scripts.eval(RATE_LUA, dave, 3, 60_000_000, "r-1", 1)[0].split()[:2] == ["1", "0"]
 
 
 def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, serve: Serve) -> None:
@@ -244,7 +244,8 @@ def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, ser
     request each."""
     settings = make_settings(redis_base, rate_limit=30, rate_window_s=60, max_active_jobs=0)
     base = serve(settings)
-    service = build_runtime(settings).service  # on its own queue: the jobs stay queued
+    runtime = build_runtime(settings)
+    service = runtime.service  # on its own queue: the jobs stay queued
     for _ in range(150):
         service.submit("bob", "test.noop")
     for _ in range(1000):
@@ -267,7 +268,7 @@ def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, ser
         service.submit("carol", "test.noop")
     assert service.list("carol", status="failed") == ([], None)
     with pytest.raises(RateLimited):
-        service.limiter.admit(Principal("carol"), None)
+        runtime.limits().admit(Principal("carol"), None)
 
 
 def test_a_busy_principal_is_admitted_in_batches(redis_base: str) -> None:

@@ -22,7 +22,7 @@ import redis
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.crc import key_slot
 
-from tasks_backend.access import limits
+from tasks_backend.access import scripts as limits
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push import subscriptions as push
@@ -131,7 +131,7 @@ def one_life(runtime: Runtime) -> None:
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
     limiter.auth_failed("192.0.2.7")
     limiter.check_active(f"{owner}-2")  # without an admission: the count script
-    limiter._prune(owner)
+    limiter.active.prune(owner)
     limiter.open_stream(principal).close()
     limiter.charge(owner, 3)
 
