@@ -18,11 +18,11 @@ from adapters.protocol import push_formats
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.errors import InvalidParams
+from tasks_backend.push.delivery import PushDeliverer, backoff_ms
 from tasks_backend.push.subscriptions import MAX_CONFIGS_PER_JOB, Cursor, PushStore
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.job_meta import JobMeta
 from tests.conftest import wait_until
-from workers.push import PushDeliverer, backoff_ms
 
 
 class Receiver:

@@ -26,11 +26,11 @@ from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.errors import StoreUnavailable
 from tasks_backend.model.domain import JobRecord
+from tasks_backend.push.delivery import PushDeliverer
 from tasks_backend.push.subscriptions import Cursor, PushStore, post_event
 from tasks_backend.service.runtime import Runtime
 from tests.conftest import wait_until
 from tests.tasks_backend.push.test_push import Receiver
-from workers.push import PushDeliverer
 
 ALICE, BOB = Principal("alice"), Principal("bob")
 
@@ -199,13 +199,13 @@ def test_configs_that_cannot_be_sent_fail_alone(runtime: Runtime, settings: Sett
         _put(runtime, good, {"url": healthy.url})
         for record in [*bad_jobs, good]:
             _finished(runtime, record)
-        with caplog.at_level(logging.INFO, logger="workers.push"):
+        with caplog.at_level(logging.INFO, logger="tasks_backend.push.delivery"):
             _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in healthy.states(), "the healthy receiver")
             _deliver_until(deliverer, lambda: all(_score(runtime, r.id) is None for r in bad_jobs),
                            "the broken configs to be given up")
         assert not sink.calls
         assert garbage.connections >= 2  # each attempt was made, then the event was given up on
-        pushes = [r for r in caplog.records if r.name == "workers.push"]
+        pushes = [r for r in caplog.records if r.name == "tasks_backend.push.delivery"]
         assert pushes and not any(r.exc_info for r in pushes)
         text = "\n".join(r.getMessage() for r in pushes)
         assert "secret" not in text and "hook" not in text
@@ -453,7 +453,7 @@ from tasks_backend.config import Settings
 from tasks_backend.store.keys import Keys
 from tasks_backend.store.jobs import RedisStore, connect
 from adapters.protocol import push_formats
-from workers.push import PushDeliverer
+from tasks_backend.push.delivery import PushDeliverer
 settings = Settings(redis_url=sys.argv[1], key_prefix=sys.argv[2], push_allow_private=True)
 store = RedisStore(connect(settings.redis_url), Keys(settings.key_prefix), max_ttl_ms=86_400_000)
 deliverer = PushDeliverer(store, settings, formats=push_formats())

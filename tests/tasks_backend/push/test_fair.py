@@ -25,13 +25,13 @@ from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobState
+from tasks_backend.push.fair import Breakers, FairPool, target_of
 from tasks_backend.push.subscriptions import PushStore
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.adapters.a2a.test_a2a import rpc
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import Proc, worker_process
 from tests.tasks_backend.push.test_push import Receiver
-from workers.push_fair import Breakers, FairPool, target_of
 
 #: The attack of the issue, in full (`bench.push_fair` measures it over HTTP for the docs).
 ATTACK_JOBS = 500
