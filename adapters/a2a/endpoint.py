@@ -7,30 +7,24 @@ with a data part `{"inputResponses": {...}}`. Wire forms are in `wire`; semantic
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from tasks_backend import __version__
 from tasks_backend.access.auth import Principal
-from tasks_backend.access.streams import Held, StreamSlot
-from tasks_backend.errors import Conflict, InvalidParams, JobNotFound, NotWaitingForInput
-from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.wire import wire_json
-from tasks_backend.push.subscriptions import PushStore, resolve_target
-from tasks_backend.service.jobs import JobService
-from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
+from tasks_backend.service.runtime import Runtime
 
-from .. import jsonrpc, sse
+from .. import jsonrpc
 from ..jsonrpc import RpcError
 from ..protocol import Adapter
 from . import wire
-from .push import CONTEXT_FIELD, FORMAT, Contexts, PushFormat, normalize_config, shown
+from .codes import CODES, VERSION_NOT_SUPPORTED, a2a_error
+from .methods import METHODS, Call
+from .push import Contexts, PushFormat
 
 bp = Blueprint("a2a", __name__)
 
@@ -38,43 +32,8 @@ AGENT_CARD_PATH = "/.well-known/agent-card.json"
 RPC_PATH = "/a2a"
 PROTOCOL_VERSION = "1.0"
 
-TASK_NOT_FOUND = -32001
-TASK_NOT_CANCELABLE = -32002
-UNSUPPORTED_OPERATION = -32004
-CONTENT_TYPE_NOT_SUPPORTED = -32005
-EXTENDED_CARD_NOT_CONFIGURED = -32007
-VERSION_NOT_SUPPORTED = -32009
-
-#: `ErrorInfo.reason` per code, which the SDK clients read next to the code ([spec] §5.4).
-_REASONS = {
-    -32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
-    -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED", -32006: "INVALID_AGENT_RESPONSE",
-    -32007: "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32008: "EXTENSION_SUPPORT_REQUIRED",
-    -32009: "VERSION_NOT_SUPPORTED",
-}
-_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
-#: A2A's error codes ([spec] §5.4): a job the caller cannot see is TaskNotFound (also another owner's),
-#: a terminal one TaskNotCancelable, input to a job that asks for none UnsupportedOperation.
-CODES: jsonrpc.Codes = {**jsonrpc.CODES, JobNotFound: TASK_NOT_FOUND, Conflict: TASK_NOT_CANCELABLE,
-                        NotWaitingForInput: UNSUPPORTED_OPERATION}
 ADAPTER = Adapter("a2a", bp, rpc_paths=frozenset({RPC_PATH}), codes=CODES,
                   public_paths=frozenset({AGENT_CARD_PATH}), push_format=PushFormat())
-_STATE_BY_NAME = {name: state for state, name in wire.A2A_STATE.items()}
-MAX_PAGE_SIZE = 100
-MAX_CONTEXT_ID = 256
-MAX_HISTORY = 0  # tasks keep no message history; a longer request is clamped to it
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class Call:
-    """What every method needs: the caller and the runtime's parts."""
-
-    principal: Principal
-    service: JobService
-    push: PushStore
-    runtime: Runtime
-    contexts: Contexts
 
 
 # -- agent card ----------------------------------------------------------------------------
@@ -167,19 +126,6 @@ def reply(body: dict[str, Any]) -> Response:
     return Response(payload(body), mimetype="application/json")
 
 
-def a2a_error(request_id: jsonrpc.Id, exc: BaseException) -> dict[str, Any]:
-    """The JSON-RPC error by A2A's code table, with the `ErrorInfo` detail A2A clients read."""
-    body = jsonrpc.error_for(request_id, exc, CODES)
-    err = body["error"]
-    reason = _REASONS.get(err["code"])
-    if reason is not None:
-        extra = err.get("data") if isinstance(err.get("data"), dict) else {}
-        metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in extra.items()}
-        err["data"] = [{"@type": _ERROR_INFO, "reason": reason, "domain": "a2a-protocol.org",
-                        "metadata": metadata}]
-    return body
-
-
 def _check_version(raw: str) -> None:
     # [spec] §3.6: an absent version means 0.3, which this server does not speak.
     major, _, rest = raw.strip().partition(".")
@@ -187,318 +133,3 @@ def _check_version(raw: str) -> None:
         raise RpcError(VERSION_NOT_SUPPORTED, f"A2A version {raw or '0.3'!r} is not supported; "
                        f"send `A2A-Version: {PROTOCOL_VERSION}`.")
 
-
-# -- parameter helpers -------------------------------------------------------------------
-def _object(params: dict[str, Any], name: str, *, required: bool = False) -> dict[str, Any]:
-    value = params.get(name)
-    if value is None and not required:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidParams(f"`{name}` must be an object.")
-    return value
-
-
-def _text(params: dict[str, Any], name: str, *, required: bool = False, limit: int = 256) -> str | None:
-    value = params.get(name)
-    if value is None or (value == "" and not required):
-        if required:
-            raise InvalidParams(f"`{name}` is required.")
-        return None
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise InvalidParams(f"`{name}` must be a non-empty string of at most {limit} characters.")
-    return value
-
-
-def _count(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = params.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidParams(f"`{name}` must be an integer from {low} to {high}.")
-    return value
-
-
-def _history_length(params: dict[str, Any]) -> int:
-    """`historyLength`, clamped to what this server keeps: tasks carry no message history ([spec] §3.2.4)."""
-    return min(_count(params, "historyLength", 0, 0, 2**31 - 1), MAX_HISTORY)
-
-
-def _timestamp_ms(params: dict[str, Any], name: str) -> int | None:
-    """A ProtoJSON Timestamp (RFC 3339 with a zone) in whole milliseconds, rounded up."""
-    value = params.get(name)
-    if value is None:
-        return None
-    moment = None
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            moment = datetime.fromisoformat(value)
-    if moment is None or moment.tzinfo is None:
-        raise InvalidParams(f"`{name}` must be an RFC 3339 timestamp such as 2026-01-31T09:00:00Z.")
-    micros = (moment - _EPOCH) // timedelta(microseconds=1)
-    return -(-micros // 1000)
-
-
-def _context(call: Call, record: JobRecord) -> str:
-    return call.contexts.of([record.id])[record.id]
-
-
-def _task_id(params: dict[str, Any], name: str = "id") -> str:
-    value = _text(params, name, required=True)
-    assert value is not None
-    return value
-
-
-# -- messages ----------------------------------------------------------------------------------
-def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]:
-    """Start a job from a message, or answer a parked job's input requests; returns (record, contextId)."""
-    message = _object(params, "message", required=True)
-    # [proto] Message: messageId, role and parts are REQUIRED; a client sends ROLE_USER.
-    _text(message, "messageId", required=True)
-    if message.get("role") != "ROLE_USER":
-        raise InvalidParams("`message.role` is required and must be ROLE_USER.")
-    parts = message.get("parts")
-    if not isinstance(parts, list) or not parts:
-        raise InvalidParams("`message.parts` must be a non-empty list.")
-    data = [p["data"] for p in parts if isinstance(p, dict) and isinstance(p.get("data"), dict)]
-    context_id = _text(message, "contextId", limit=MAX_CONTEXT_ID)
-    task_id = _text(message, "taskId")
-    configuration = _object(params, "configuration")
-    push_config = configuration.get("taskPushNotificationConfig")
-    if push_config is not None:
-        checked = normalize_config(push_config, task_id or "pending")
-        resolve_target(checked["url"], call.runtime.settings.push_allow_private)
-
-    if task_id is not None:
-        record = call.service.get(call.principal, task_id)
-        context = _context(call, record)
-        if context_id is not None and context_id != context:
-            raise InvalidParams("`contextId` does not match the task's context.")
-        if record.terminal:
-            raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; it takes no more messages.")
-        _require_data(data)
-        responses = next((d["inputResponses"] for d in data if "inputResponses" in d), None)
-        if responses is None:
-            raise InvalidParams("A message to an existing task must carry a data part "
-                                '{"inputResponses": {...}}.')
-        after = call.push.last_event_id(record.id)
-        record = call.service.provide_input(call.principal, task_id, responses)
-        if push_config is not None:
-            call.push.put(record, normalize_config(push_config, record.id), after=after,
-                          now_ms=record.updated_ms, format=FORMAT)
-        return record, context
-
-    _require_data(data)
-    order = next((d for d in data if "operation" in d), None)
-    if order is None:
-        raise InvalidParams('Name the operation with a data part {"operation": "...", "params": {...}}.',
-                            extra={"operations": [spec.name for spec in call.runtime.registry]})
-    unknown = set(order) - {"operation", "params"}
-    if unknown:
-        raise InvalidParams(f"Unknown fields in the operation part: {sorted(unknown)}.")
-    metadata = _object(message, "metadata") or _object(params, "metadata")
-    key = metadata.get("idempotencyKey")
-    if key is not None and not isinstance(key, str):
-        raise InvalidParams("`metadata.idempotencyKey` must be a string.")
-    record, outcome = call.service.submit(call.principal, order["operation"], order.get("params"),
-                                          idempotency_key=key)
-    if context_id is not None:
-        call.contexts.set(record, context_id)
-    if push_config is not None:
-        call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms,
-                      format=FORMAT)
-    if context_id is None and outcome is SubmitOutcome.CREATED:
-        return record, record.id  # a job made just now has no context but its own id: nothing to read
-    return record, context_id or _context(call, record)
-
-
-def _require_data(data: list[dict[str, Any]]) -> None:
-    if not data:
-        raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, "This agent reads only data parts (application/json); "
-                       'send {"data": {"operation": "...", "params": {...}}}.')
-
-
-def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    if _object(params, "configuration").get("returnImmediately"):
-        record, context = _accept_message(call, params)
-        return {"task": wire.task(record, context)}
-    # A blocking send is one of the principal's open streams; its slot is taken before any job is created.
-    with call.runtime.limits().open_stream(call.principal) as slot:
-        record, context = _accept_message(call, params)
-        record = _wait_interrupted(call, record, slot)
-    return {"task": wire.task(record, context)}
-
-
-def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRecord:
-    """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
-    TTL ends it), or until this process is stopping. Waiting costs a greenlet of the web worker, not a thread that
-    polls and submits need."""
-    job_id, last, service = record.id, "0-0", call.runtime.streaming()
-    while record.state not in wire.STREAM_END and not service.stopping:
-        for event_id, record in service.watch(
-                call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
-                block_ms=STREAM_BLOCK_MS):
-            last = event_id or last
-            if record.state in wire.STREAM_END:
-                break
-        slot.renew()
-    return record
-
-
-def send_streaming_message(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
-    slot = call.runtime.limits().open_stream(call.principal)  # before any job is created
-    try:
-        record, context = _accept_message(call, params)
-        return _stream(call, record.id, context, request_id, slot)
-    except BaseException:
-        slot.close()
-        raise
-
-
-def subscribe_to_task(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
-    record = call.service.get(call.principal, _task_id(params))
-    if record.terminal:
-        raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; there is nothing to subscribe to.")
-    slot = call.runtime.limits().open_stream(call.principal)
-    try:
-        return _stream(call, record.id, _context(call, record), request_id, slot)
-    except BaseException:
-        slot.close()
-        raise
-
-
-def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot: StreamSlot) -> Response:
-    """SSE: the task, then one update per change; closed on a terminal or interrupted state.
-
-    The feed position is taken before the record is read, so no change falls between the two; a
-    change that shows in both is skipped by its timestamp. A stream lasts at most `sse_max_s`.
-    """
-    after = call.push.last_event_id(job_id)
-    events = call.runtime.streaming().watch(call.principal, job_id, after=after,
-                                            max_s=call.runtime.settings.sse_max_s, block_ms=STREAM_BLOCK_MS)
-    _, first = next(events)  # ownership is checked here, before the response starts
-
-    def frame(result: dict[str, Any]) -> str:
-        return sse.json_frame(jsonrpc.success(request_id, result))
-
-    def generate() -> Iterator[str]:
-        last = first
-        yield frame({"task": wire.task(first, context)})
-        if first.state in wire.STREAM_END:
-            return
-        try:
-            for _, record in events:
-                if record.updated_ms < last.updated_ms or (
-                        record.updated_ms == last.updated_ms and record.state is last.state):
-                    continue
-                last = record
-                for item in wire.updates(record, context):
-                    yield frame(item)
-                if record.state in wire.STREAM_END:
-                    return
-        except Exception as exc:
-            yield sse.json_frame(a2a_error(request_id, exc), event="error")
-
-    # `slot` (one of the principal's open streams) is held until the stream ends or the client goes away.
-    return sse.response(stream_with_context(Held(slot, generate())))
-
-
-# -- tasks -------------------------------------------------------------------------------------
-def get_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    _history_length(params)
-    # The record and its contextId in one round trip (what `_context` reads, with the same default).
-    record, context = call.service.get_with_meta(call.principal, _task_id(params), CONTEXT_FIELD)
-    return wire.task(record, context or record.id)
-
-
-def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = call.service.cancel(call.principal, _task_id(params))
-    return wire.task(record, _context(call, record))
-
-
-def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    state_name = _text(params, "status", limit=64)
-    wanted: JobState | None = None
-    if state_name is not None and state_name != "TASK_STATE_UNSPECIFIED":  # the enum's zero: no filter
-        if state_name not in _STATE_BY_NAME:
-            raise InvalidParams(f"`status` must be one of {sorted(_STATE_BY_NAME)}.")
-        wanted = _STATE_BY_NAME[state_name]
-    context_id = _text(params, "contextId", limit=MAX_CONTEXT_ID)
-    page_size = _count(params, "pageSize", 50, 1, MAX_PAGE_SIZE)
-    _history_length(params)
-    after_ms = _timestamp_ms(params, "statusTimestampAfter")
-    cursor = _text(params, "pageToken", limit=1024)
-
-    def keep(records: list[JobRecord]) -> list[JobRecord]:
-        contexts = call.contexts.of([r.id for r in records]) if context_id is not None else {}
-        return [r for r in records if (wanted is None or r.state is wanted)
-                and (after_ms is None or r.updated_ms >= after_ms)
-                and (context_id is None or contexts[r.id] == context_id)]
-
-    where = keep if (wanted, context_id, after_ms) != (None, None, None) else None
-    # [spec] §3.1.4 Ordering: "sorted by their status timestamp time in descending order (most recently
-    # updated tasks first)". [proto] ListTasksResponse.total_size counts what the filters keep.
-    records, next_cursor, total = call.service.list_recent(call.principal, limit=page_size, cursor=cursor,
-                                                           where=where)
-    contexts = call.contexts.of([r.id for r in records])
-    artifacts = params.get("includeArtifacts") is True
-    tasks = [wire.task(r, contexts[r.id], artifacts=artifacts) for r in records]
-    return {"tasks": tasks, "nextPageToken": next_cursor or "", "pageSize": len(tasks), "totalSize": total}
-
-
-# -- push-notification configs -----------------------------------------------------------------
-def _owned(call: Call, params: dict[str, Any]) -> JobRecord:
-    """The task a push-config write names, if the caller owns it: an admin reads any task but changes
-    none of another owner's, so to a write that task is missing (as to a cancel)."""
-    record = call.service.get(call.principal, _task_id(params, "taskId"))
-    if record.owner != call.principal.name:
-        raise JobNotFound()
-    return record
-
-
-def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = _owned(call, params)
-    config = normalize_config(params, record.id)
-    resolve_target(config["url"], call.runtime.settings.push_allow_private)
-    return shown(call.push.put(record, config, after=call.push.last_event_id(record.id),
-                               now_ms=record.updated_ms, format=FORMAT))
-
-
-def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = call.service.get(call.principal, _task_id(params, "taskId"))
-    config = call.push.get(record.id, _task_id(params))
-    if config is None:
-        raise JobNotFound("No such push notification config.")
-    return shown(config)
-
-
-def list_push_configs(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = call.service.get(call.principal, _task_id(params, "taskId"))
-    return {"configs": [shown(c) for c in call.push.configs(record.id)], "nextPageToken": ""}
-
-
-def delete_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    record = _owned(call, params)
-    if not call.push.delete(record.id, _task_id(params)):
-        raise JobNotFound("No such push notification config.")
-    return {}
-
-
-def get_extended_card(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
-    raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "This agent has no extended agent card.")
-
-
-Method = Callable[[Call, dict[str, Any], jsonrpc.Id], "dict[str, Any] | Response"]
-
-METHODS: dict[str, Method] = {
-    "SendMessage": send_message,
-    "SendStreamingMessage": send_streaming_message,
-    "GetTask": get_task,
-    "ListTasks": list_tasks,
-    "CancelTask": cancel_task,
-    "SubscribeToTask": subscribe_to_task,
-    "CreateTaskPushNotificationConfig": create_push_config,
-    "GetTaskPushNotificationConfig": get_push_config,
-    "ListTaskPushNotificationConfigs": list_push_configs,
-    "DeleteTaskPushNotificationConfig": delete_push_config,
-    "GetExtendedAgentCard": get_extended_card,
-}

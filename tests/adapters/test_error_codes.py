@@ -10,7 +10,7 @@ import pytest
 
 import adapters
 from adapters import jsonrpc, problems, protocol
-from adapters.a2a import endpoint as a2a
+from adapters.a2a import codes as a2a
 from adapters.app import create_app
 from adapters.mcp import tools as mcp_tools
 from tasks_backend import errors

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.client import AsyncClient, Client, Job, JobFailed, ServerUnreachable, _poll_delay
+from tasks_backend.client import AsyncClient, Client, Job, JobFailed, ServerUnreachable
+from tasks_backend.client.protocol import _poll_delay
 from tasks_backend.errors import (
     IdempotencyConflict,
     InvalidParams,
@@ -162,6 +163,18 @@ def test_unreachable_server_is_a_clear_error() -> None:
     with Client(f"http://127.0.0.1:{port}", "t", retries=1) as tasks, pytest.raises(ServerUnreachable) as err:
         tasks.get("00000000-0000-4000-8000-000000000000")
     assert f"127.0.0.1:{port}" in str(err.value)
+
+
+def test_the_module_path_keeps_every_public_name() -> None:
+    # `tasks_backend.client` became a package; what callers import from it by name stays where it was.
+    import tasks_backend.client as client
+
+    names = {"AsyncClient", "Client", "Job", "JobCancelled", "JobFailed", "Page", "ServerUnreachable",
+             "DEFAULT_URL", "TERMINAL", "SETTLED", "COMPLETED", "FAILED", "CANCELLED", "INPUT_REQUIRED",
+             "error_from_response"}
+    assert sorted(n for n in names if not hasattr(client, n)) == []
+    assert sorted(client.__all__) == ["AsyncClient", "Client", "Job", "JobCancelled", "JobFailed", "Page",
+                                      "ServerUnreachable"]
 
 
 def test_no_token_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

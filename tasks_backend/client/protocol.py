@@ -1,0 +1,210 @@
+"""The HTTP API's protocol without I/O, shared by both clients: job handles, the typed errors rebuilt from
+problem `type`s, retry backoff and poll delays, and the server-sent event parser.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    PROBLEM_TYPE_BASE,
+    Conflict,
+    ServiceUnavailable,
+    TasksBackendError,
+    error_for_slug,
+)
+from ..model.domain import TERMINAL_STATES, JobState
+from ..model.states import WIRE_STATUS
+
+#: Wire statuses of finished jobs, from the state table.
+TERMINAL = frozenset(WIRE_STATUS[s] for s in TERMINAL_STATES)
+COMPLETED, FAILED, CANCELLED, INPUT_REQUIRED = (
+    WIRE_STATUS[s] for s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.INPUT_REQUIRED))
+#: Statuses at which `wait` stops: the job is done or needs a person.
+SETTLED = TERMINAL | {INPUT_REQUIRED}
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class ServerUnreachable(ServiceUnavailable):
+    """The server could not be reached (refused, timed out, or the connection broke)."""
+
+    message = "The server could not be reached."
+
+
+class JobFailed(TasksBackendError):
+    """The job ended `failed`; `job.error` holds what the job reported."""
+
+    message = "The job failed."
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(str((job.error or {}).get("message") or self.message))
+        self.job = job
+
+
+class JobCancelled(TasksBackendError):
+    """The job ended `cancelled`, so it has no result."""
+
+    message = "The job was cancelled."
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(job.status_message or self.message)
+        self.job = job
+
+
+@dataclass(frozen=True)
+class Job:
+    """A task handle as the server last reported it."""
+
+    id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int
+    poll_interval_ms: int
+    status_message: str | None = None
+    operation: str | None = None
+    progress: dict[str, float | None] | None = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+    input_requests: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Job:
+        return cls(id=data["taskId"], status=data["status"], created_at=data.get("createdAt", ""),
+                   last_updated_at=data.get("lastUpdatedAt", ""), ttl_ms=int(data.get("ttlMs") or 0),
+                   poll_interval_ms=int(data.get("pollIntervalMs") or 0),
+                   status_message=data.get("statusMessage"), operation=data.get("operation"),
+                   progress=data.get("progress"), result=data.get("result"), error=data.get("error"),
+                   input_requests=data.get("inputRequests"), raw=dict(data))
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+# -- the protocol, without I/O: shared by both clients --------------------------------------------
+def _settings(url: str | None, token: str | None) -> tuple[str, str]:
+    url = (url or os.environ.get("TASKS_BACKEND_URL") or DEFAULT_URL).rstrip("/")
+    token = token or os.environ.get("TASKS_BACKEND_TOKEN") or ""
+    if not token:
+        raise ValueError("A bearer token is required: pass token= or set TASKS_BACKEND_TOKEN.")
+    return url, token
+
+
+def error_from_response(response: httpx.Response) -> TasksBackendError:
+    """The typed error for a failed response: the problem `type` names the class in the shared table."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("type"), str):
+        slug = body["type"].removeprefix(PROBLEM_TYPE_BASE)
+        extra = {k: v for k, v in body.items() if k not in ("type", "title", "status", "detail")}
+        exc = error_for_slug(slug)(body.get("detail") or body.get("title"), extra=extra)
+    else:
+        exc = (ServiceUnavailable if response.status_code == 503 else TasksBackendError)(
+            f"HTTP {response.status_code} from {response.request.url}")
+    exc.status_code = response.status_code  # type: ignore[attr-defined]
+    return exc
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        raise error_from_response(response)
+    return response
+
+
+def _retry_after(response: httpx.Response | None) -> float | None:
+    value = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
+
+
+def _poll_delay(job: Job, response: httpx.Response | None) -> float:
+    """The job's own poll hint first; the server's Retry-After when the handle carries none."""
+    if job.poll_interval_ms > 0:
+        return job.poll_interval_ms / 1000
+    return _retry_after(response) or 2.0
+
+
+def _backoff(attempt: int, response: httpx.Response | None) -> float:
+    hinted = _retry_after(response)
+    if hinted is not None:
+        return min(hinted, 30.0)
+    return min(0.2 * float(2**attempt), 5.0) * (0.5 + random.random() / 2)
+
+
+def _result_of(job: Job) -> Any:
+    if job.status == COMPLETED:
+        return job.result
+    if job.status == FAILED:
+        raise JobFailed(job)
+    if job.status == CANCELLED:
+        raise JobCancelled(job)
+    raise Conflict(f"The job is {job.status}; it has no result yet.")
+
+
+def _submit_body(operation: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"operation": operation, "params": dict(params or {})}
+
+
+class _SseParser:
+    """Turns the lines of a server-sent event stream into (id, event, data) triples."""
+
+    def __init__(self) -> None:
+        self.last_id: str | None = None
+        self._event, self._data = "message", list[str]()
+
+    def feed(self, line: str) -> tuple[str, str] | None:
+        """The (event, data) that `line` completes, if it completes one."""
+        if not line:
+            done = (self._event, "\n".join(self._data)) if self._data else None
+            self._event, self._data = "message", []
+            return done
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "id":
+            self.last_id = value or self.last_id
+        elif name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
+def _list_params(status: str | None, limit: int, cursor: str | None) -> dict[str, str | int]:
+    return {k: v for k, v in {"status": status, "limit": limit, "cursor": cursor}.items() if v is not None}
+
+
+def _events_headers(last_id: str | None) -> dict[str, str]:
+    return {"Accept": "text/event-stream", **({"Last-Event-ID": last_id} if last_id else {})}
+
+
+#: The stream may stay quiet for as long as the job does; only connecting is bounded.
+_STREAM_TIMEOUT = httpx.Timeout(10.0, read=None)
+
+
+class _Base:
+    def __init__(self, url: str | None, token: str | None, retries: int) -> None:
+        self.url, token = _settings(url, token)
+        self.retries = retries
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                         "User-Agent": "tasks-backend-client"}
+
+    def _unreachable(self, exc: Exception) -> ServerUnreachable:
+        return ServerUnreachable(f"Cannot reach {self.url}: {type(exc).__name__} {exc}".strip())
