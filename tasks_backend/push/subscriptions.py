@@ -212,7 +212,7 @@ class PushStore:
         self._settle = self.redis.register_script(_SETTLE)
 
     # -- subscriptions (web side) -------------------------------------------------------
-    def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0,
+    def put(self, record: JobRecord, config: dict[str, Any], *, after: str,
             format: str | None = None) -> dict[str, Any]:
         """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
         after `after`.
@@ -221,7 +221,7 @@ class PushStore:
         a SendMessage retried after its job finished (its first try submitted the job but never stored
         the subscription) asks for everything from `0-0`, the final state included. A feed that has
         already expired has nothing left to send. The job is due at once (score 0, not this host's
-        clock, which the workers may not share); `now_ms` is accepted for older callers.
+        clock, which the workers may not share).
 
         The subscription and its cursor are written together (one slot, the job's); the due entry after
         them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put
