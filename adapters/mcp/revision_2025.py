@@ -35,13 +35,13 @@ from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
-from .tools import (
+from .shared import (
     CODES,
     INSTRUCTIONS,
     LEGACY_VERSION,
     RELATED_TASK_META,
     SERVER_INFO,
-    Call,
+    McpRequest,
     Reply,
     Stream,
     call_tool_result,
@@ -102,7 +102,7 @@ def final_result(record: JobRecord) -> dict[str, Any]:
     return call_tool_result(record) | {"_meta": related(record.id)}
 
 
-def initialize(call: Call) -> Reply:
+def initialize(call: McpRequest) -> Reply:
     return {
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {"tools": {"listChanged": False},
@@ -112,15 +112,15 @@ def initialize(call: Call) -> Reply:
     }
 
 
-def ping(call: Call) -> Reply:
+def ping(call: McpRequest) -> Reply:
     return {}
 
 
-def list_tools(call: Call) -> Reply:
+def list_tools(call: McpRequest) -> Reply:
     return {"tools": tools(call.runtime, legacy=True)}
 
 
-def call_tool(call: Call) -> Reply:
+def call_tool(call: McpRequest) -> Reply:
     name = string_param(call.params, "name")
     call.runtime.registry.get(name)
     requested = call.params.get("task")
@@ -136,11 +136,11 @@ def call_tool(call: Call) -> Reply:
     return {"task": task(record)}
 
 
-def get_task(call: Call) -> Reply:
+def get_task(call: McpRequest) -> Reply:
     return task(call.service.get(call.principal, string_param(call.params, "taskId")))
 
 
-def list_tasks(call: Call) -> Reply:
+def list_tasks(call: McpRequest) -> Reply:
     cursor = call.params.get("cursor")
     if cursor is not None and not isinstance(cursor, str):
         raise InvalidParams("`cursor` must be a string.")
@@ -151,12 +151,12 @@ def list_tasks(call: Call) -> Reply:
     return out
 
 
-def cancel_task(call: Call) -> Reply:
+def cancel_task(call: McpRequest) -> Reply:
     """Cancel and return the Task, now cancelled (a running job's worker is fenced out at once)."""
     return task(call.service.cancel(call.principal, string_param(call.params, "taskId")))
 
 
-def task_result(call: Call) -> Reply:
+def task_result(call: McpRequest) -> Reply:
     task_id = string_param(call.params, "taskId")
     record = call.service.get(call.principal, task_id)
     if record.terminal:
@@ -291,7 +291,7 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(k, str) for k in value)
 
 
-METHODS: dict[str, Callable[[Call], Reply]] = {
+METHODS: dict[str, Callable[[McpRequest], Reply]] = {
     "initialize": initialize,
     "ping": ping,
     "tools/list": list_tools,
