@@ -4,11 +4,9 @@
         job = tasks.submit("demo.export", {"rows": 1000})
         result = tasks.result(tasks.wait(job.id))
 
-Errors are rebuilt from the problem `type` the server sends, through the same table the server uses
-(`tasks_backend.errors`), so `except JobNotFound:` means the same thing in process and over HTTP.
-Every submit carries an idempotency key (one is made if the caller gives none) and a retried submit
-reuses it, so a response lost on the way back never makes a second job. Waiting polls at the job's
-own `pollIntervalMs` (or the server's `Retry-After`).
+Errors are rebuilt from the problem `type` through the server's own table (`tasks_backend.errors`), so
+`except JobNotFound:` means the same in process and over HTTP. Every submit carries an idempotency key, reused
+when retried, so a lost response never makes a second job; waiting polls at the job's `pollIntervalMs`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Push delivery, run by worker processes (never by a web request), in each subscription's format.
 
-A loop in each worker process takes due jobs from the push due set and locks each one (so two workers
-never post the same job's events); it reads the job's feed after each config's cursor and hands each
-config to a small thread pool (`push_concurrency`), which POSTs what the subscription's format (the
-adapter that stored it: an A2A config gets StreamResponses) makes of each change, in order, each POST
-within a total deadline. A slow or broken receiver holds one pool thread for at most
-that deadline per pass and delays no other config. When a pass ends, the job's next due time is set
-first, then one script saves the cursors and releases the lock, and a job with nothing left leaves the
-due set only after that save succeeded (`PushStore.finish`): a save that fails leaves the job due.
-
-Owners share delivery fairly (`push_fair`): each process holds at most half its passes for one owner
-(the owner's other due jobs are put back a second, behind everyone else's), serves the owners' POSTs
-in turn with at most half the threads for one owner, and stops calling a target that keeps not
-answering for a while (its attempts fail at once, as failed attempts).
-
-A failed POST (whatever the reason) is retried with exponential backoff; after `push_max_attempts`
-that event is skipped for that config, so one dead receiver cannot stall the rest. The final state is
-kept until every config has it or gave up on it: once the feed has expired (a minute after the end)
-it is rebuilt from the job record, which lives until the job's TTL; the feed's earlier entries are
-then given up. Delivery is at least once: a worker that dies between a POST and saving the cursor
-posts it again. All times compared between processes come from Redis's clock.
+A loop per worker process locks due jobs (two workers never post one job's events), reads each job's feed
+after each config's cursor, and POSTs, on a small thread pool shared fairly between owners (`push_fair`), what
+the config's format makes of each change, in order, within a deadline. A failed POST is retried with backoff;
+after `push_max_attempts` the event is skipped for that config. The final state is kept until every config
+has it or gave up on it, rebuilt from the job record once the feed has expired. A pass sets the job's next
+due time first, then saves the cursors and releases the lock in one script; a job leaves the due set only
+after that save succeeded (`PushStore.finish`).
+Rule: delivery is at least once, and every time compared between processes comes from Redis's clock.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """MCP 2025-11-25 tasks (the shape most deployed clients speak). Translation only.
 
 `initialize` opens a session; tools declare `execution.taskSupport: "required"`; `tools/call` with
-`params.task` answers `{"task": …}`; `tasks/result` waits for the end on an SSE stream and asks for
-input on it with `elicitation/create`, as that revision describes.
-
-Nothing here keeps state between requests, so any web process can serve any request:
-- the session id only marks that a client did the handshake; jobs belong to the bearer's principal;
-- an `elicitation/create` request id names its task and input key, so the client's answer (a JSON-RPC
-  response POSTed on its own) goes straight to `provide_input`;
-- a client that declares URL-mode elicitation (`capabilities.elicitation.url`) gets a session id that
-  says so; its questions are asked in URL mode, pointing at the job's web page (`/ui/jobs/<id>`), where
-  the person answers in the browser; the stream then says `notifications/elicitation/complete`.
-  Other clients keep the form mode;
-- a `tasks/result` stream lasts at most `sse_max_s`; its event ids carry the task, the request id and
-  the keys already asked, and the client resumes with `GET` + `Last-Event-ID` (2025-11-25 SSE polling).
+`params.task` answers `{"task": …}`; `tasks/result` waits on an SSE stream, asking for input on it with
+`elicitation/create` (in URL mode, pointing at `/ui/jobs/<id>`, for a client that declares it). A stream lasts
+at most `sse_max_s`; its event ids carry what resuming needs (`GET` + `Last-Event-ID`).
+Rule: nothing is kept between requests, so any web process serves any request: the session id only marks the
+handshake (and URL-mode support), jobs belong to the bearer's principal, and an `elicitation/create` request id
+names its task and input key, so the client's answer goes straight to `provide_input`.
 """
 
 from __future__ import annotations

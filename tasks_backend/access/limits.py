@@ -1,19 +1,12 @@
 """Limits per principal, kept in Redis so that they hold across web processes and hosts.
 
-- Request rate: GCRA (a burst of `rate_limit`, refilled evenly over `rate_window_s`), in one small script, with
-  the caller's address's failed-authentication count read in the same round trip. A busy principal's
-  requests are granted in small batches per process (at most 1/50 of its limit, for at most a second), so most
-  requests cost no round trip at all; a principal with a small limit (under 100) is counted request by request.
-- Failed authentication per client address: counted in a fixed window; past the limit every request from that
-  address is refused, good token or not (otherwise the 429 would tell a right guess from a wrong one).
-- Active jobs: counted by the per-request script from the owner index the store already keeps (no write when a
-  job is created or finishes, no round trip of its own); when the count reaches the limit, a prune reads the
-  states of the counted jobs, so finished jobs stop counting without a hook in the finish path.
-- Open streams: a sorted set of leases (stream id -> expiry), so a process that dies frees its streams.
-- Params size and the ceiling on a requested TTL: checked before a job is created, without Redis.
-
-Every key has a TTL; time comes from Redis (`TIME`); every script gives the same answer when applied twice (a
-retried call carries the same nonce), since the client retries a command whose reply was lost.
+Request rate: GCRA, read with the caller's address's failed-authentication count in one round trip; a busy
+principal's requests are granted in small batches per process (at most 1/50 of its limit, for at most a
+second). Failed authentication per address: past its limit every request from that address is refused, good
+token or not, so a 429 never tells a right guess from a wrong one. Active jobs: counted from the store's owner
+index, pruned by state when the limit is reached. Open streams: leases in a sorted set, freed by expiry when
+a process dies. Params size and the TTL ceiling: checked before a job is created, without Redis.
+Rule: every key has a TTL, time comes from Redis `TIME`, and every script gives the same answer applied twice.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Push subscriptions in Redis: webhooks that receive each change of a job, in order, at least once.
 
-A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`; the
-core stores it as given, tracks a delivery cursor per subscription, and has the workers' delivery loop
-POST to its `url` what the adapter's `PushFormat` makes of each change. The format is named when the
-subscription is stored, so each protocol's subscribers get that protocol's bodies and headers.
-
-Jobs without subscriptions cost nothing: only a job that has one is put on the `push_due` set, and
-only the workers' delivery loop reads that set. Every key written here expires with its job
-(`createdAt + ttlMs`); the due set is an index kept at the TTL ceiling like the sweeper's. The target
-guard and the POST itself are in `webhook`.
+A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`, stored as
+given with the name of its `PushFormat` (what that protocol's subscribers receive), and a delivery cursor.
+The workers' delivery loop POSTs to its `url`; the target guard and the POST itself are in `webhook`.
+Rule: jobs without subscriptions cost nothing (only a job that has one is put on the `push_due` set, which only
+the delivery loop reads), and every key written here expires with its job (`createdAt + ttlMs`); the due set
+is an index kept at the TTL ceiling like the sweeper's.
 """
 
 from __future__ import annotations
