@@ -1,22 +1,13 @@
 """The one way in: every request, on every route of every protocol, passes here before anything else.
 
-In this order, each in this one place:
-
-1. a request id: `X-Request-Id` kept when it is a sane token, otherwise made; echoed on the answer
-   and carried by every log line written while the request is handled;
-2. the Origin rule: a request carrying `Origin` must name an allowed origin (MCP transport, DNS
-   rebinding); requests without it (non-browser clients) pass;
-3. the declared body size (`Content-Length` over the limit: 413 before a byte is read);
-4. authentication (except the public paths and CORS preflights), then every registered `Check`
-   (the limits): a check sees the principal, or the authentication failure, and may refuse. The web
-   page's caller is known by its session cookie (its adapter says who that is) and meets the same
-   limits as a bearer token;
-5. a chunked body is read here up to the limit (413 beyond it) and handed on with its length;
-6. the hot calls (`fast_path`) are answered at once; everything else goes to Flask, which reads the
-   principal found here (`PRINCIPAL`) and never authenticates again.
-
-A refusal is mapped by the protocol of its path: `application/problem+json` on the HTTP routes, a
-JSON-RPC error (id null) with the same status and headers on `/mcp` and `/a2a`.
+In this order: 1. a request id (`X-Request-Id` kept when it is a sane token, else made; echoed, and on every
+log line of the request); 2. the Origin rule (a request carrying `Origin` must name an allowed one); 3. the
+declared body size (413 before a byte is read); 4. authentication (but for public paths and CORS preflights;
+the web page's session cookie counts as a token) and every registered `Check` (the limits), which sees the
+principal or the failure; 5. a chunked body, read up to the limit; 6. the hot calls (`fast_path`) answered at
+once, everything else handed to Flask with the principal found here (`PRINCIPAL`).
+Rule: nothing past here authenticates again; a refusal is answered in its path's protocol (problem+json on
+the HTTP routes, a JSON-RPC error with id null and the same status on `/mcp` and `/a2a`).
 """
 
 from __future__ import annotations

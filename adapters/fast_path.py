@@ -22,7 +22,7 @@ from tasks_backend.service.runtime import Runtime
 from .a2a import endpoint as a2a
 from .http.jobs import handle_body, submit_body
 from .mcp import endpoint as mcp
-from .mcp.tools import Stream
+from .mcp.shared import Stream
 
 _JOB_PREFIX = "/v1/jobs/"
 #: The MCP methods answered here; they never answer with a stream.

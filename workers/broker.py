@@ -1,32 +1,11 @@
-"""The worker's Redis broker transports: kombu's, except that a lost broker stays a connection error.
+"""The worker's Redis and Sentinel broker transports: kombu's, with two changes.
 
-When the broker goes away while the worker is waiting on a BRPOP (the usual state of a worker with a
-free pool slot), Celery reacts to the connection error by collecting the connection and then closing
-it (`Consumer.on_connection_error_after_connected`). With kombu's Redis transport that goes wrong:
+- A channel whose connection is gone raises the connection error it is, so that Celery reconnects after
+  losing the broker during a BRPOP instead of shutting the worker down (`_WorkerChannel._connparams`).
+- One synchronous client per connection pool, instead of one built for every command (`_create_client`).
 
-1. `Connection.collect()` closes the channel; `Channel.close()` first reads the pending BRPOP reply,
-   the read fails on the dead socket, and the close stops there, the channel not marked closed.
-2. `collect()` then detaches the transport from the connection (`transport.client = None`).
-3. Celery's `connection.close()` closes the same channel again; this time it gets as far as restoring
-   unacknowledged messages, which builds a connection pool from `self.connection.client`, now None:
-   `AttributeError: 'NoneType' object has no attribute 'hostname'`.
-
-Celery only ignores connection errors there, so the AttributeError escapes the consumer, the worker
-logs "Unrecoverable error" and shuts down instead of reconnecting (and its last ack, at shutdown,
-fails the same way: "Error on stopping Hub"). Here a channel whose connection is gone raises the
-connection error it is, which Celery ignores before it reconnects and carries on consuming.
-
-It also keeps one synchronous client per connection pool. kombu builds a new `redis.Redis` for every
-command it sends outside the BRPOP (the late ack's "unacked" bookkeeping when a message arrives, its
-removal when the job is acknowledged), and building one costs about 45 us of CPU (redis-py fills a
-table of about a hundred reply callbacks each time): two per job in the worker's main process, which
-the pool processes wait on. The client holds no state of its own (each command takes a connection
-from the pool), so one per pool does the same.
-
-kombu's Sentinel transport builds its pools the same way (a primary killed in a failover is the same
-lost connection), so `sentinel://` brokers get the same channel. Only the worker uses these transports,
-and only for `redis://` and `sentinel://` broker URLs: with an explicit transport class kombu reads
-TLS settings from the URL's query alone, so `rediss://` keeps kombu's own.
+Rule: only the worker uses these, and only for `redis://` and `sentinel://` broker URLs; `rediss://` keeps
+kombu's own (given a transport class, kombu would read the TLS settings from the URL's query alone).
 """
 
 from __future__ import annotations
@@ -44,11 +23,16 @@ class _WorkerChannel:
     _sync_client: Any = None
 
     def _connparams(self, asynchronous: bool = False) -> Any:
+        """Celery closes a lost connection's channel twice, and kombu's first close detaches the transport:
+        the second would fail with an AttributeError, which Celery does not ignore (the worker would exit with
+        "Unrecoverable error"). A connection error it ignores, and reconnects."""
         if self.connection is None or self.connection.client is None:  # closed, or its transport let go
             raise redis.ConnectionError("the broker connection was closed after a connection error")
         return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        """kombu builds a `redis.Redis` per command outside the BRPOP (two per job: the late ack's
+        bookkeeping), about 45 us of CPU each; the client holds no state of its own, so one per pool."""
         if asynchronous:
             return super()._create_client(asynchronous=True)  # type: ignore[misc]
         pool = self.pool  # a new pool after the channel reconnects: a new client with it

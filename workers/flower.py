@@ -1,15 +1,11 @@
 """What Flower shows for a job: the runner's Celery outcome follows our state through the one table.
 
-The runner task returns normally whatever happened to the job, so Celery would call every run a
-SUCCESS. Instead, at the one spot where the runner reports its outcome:
-
-- a job that ended `failed` raises `JobFailedOutcome` carrying the job's own error message, an
-  expected exception (declared in the task's `throws`, so it is logged in one line without a
-  traceback, and the message is acked): Celery emits `task-failed` and Flower shows FAILURE with it;
-- a job that ended `cancelled` sends `task-revoked` and raises Celery's `Ignore` (the message is
-  acked, no success is reported): Flower shows REVOKED.
-
-The job's record in Redis stays the source of truth; this only changes the display.
+The runner task returns normally whatever happened to the job, so Celery would call every run a SUCCESS.
+Instead, where the runner reports its outcome, a job that ended `failed` raises `JobFailedOutcome` with the
+job's error message (an expected exception in the task's `throws`: logged in one line, message acked), so
+Flower shows FAILURE; a job that ended `cancelled` sends `task-revoked` and raises Celery's `Ignore` (acked,
+no success reported), so Flower shows REVOKED.
+Rule: the job's record in Redis stays the source of truth; this only changes the display.
 """
 
 from __future__ import annotations

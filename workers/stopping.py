@@ -1,16 +1,12 @@
 """How a worker process stops: its pool dies with it, and (when asked) its running jobs go back to the queue.
 
-When a worker is asked to stop (SIGTERM: a warm shutdown), Celery stops taking messages and waits for the jobs
-running in its pool: a deploy lets them finish. A worker started with `hand_back` (the one `tasks-backend run`
-starts: a Ctrl-C should not wait for a long job) tells them to stop instead: its main process signals every
-pool process (`HAND_BACK_SIGNAL`), whose executor hands its job back at the job's next cancellation point (see
-`Executor._hand_back`), so the worker stops within moments and the job resumes from its last recorded step on
-the next worker, without waiting for its lease to lapse. A job that reaches no cancellation point within
-`HAND_BACK_WITHIN_S` is handed back from beside it (fenced by its token: it can record nothing more), and the
-process running it is left to whoever stops the worker for good (`tasks-backend run` kills it after its time).
-
-A pool process dies with the worker's main process however that ends (on Linux): one left behind by a main
-process that was killed would run on, unseen, with nobody to acknowledge its message or stop it.
+On SIGTERM (a warm shutdown) Celery stops taking messages and waits for the jobs in its pool: a deploy lets them
+finish. A worker started with `hand_back` (the one `tasks-backend run` starts: a Ctrl-C should not wait for a
+long job) signals every pool process (`HAND_BACK_SIGNAL`) instead, whose executor hands its job back at the
+job's next cancellation point (`Executor._hand_back`): the job resumes from its last recorded step on the next
+worker without waiting for its lease. A job that reaches no cancellation point within `HAND_BACK_WITHIN_S` is
+handed back from beside it (fenced by its token), and its process is left to whoever stops the worker for good.
+Rule: a pool process dies with the worker's main process however that ends (on Linux), so none runs on unseen.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from ..jsonrpc import RpcError
 from ..protocol import Adapter
 from . import wire
 from .codes import CODES, VERSION_NOT_SUPPORTED, a2a_error
-from .methods import METHODS, Call
-from .push import Contexts, PushFormat
+from .methods import METHODS, A2AScope
+from .push import A2APushFormat, Contexts
 
 bp = Blueprint("a2a", __name__)
 
@@ -33,7 +33,7 @@ RPC_PATH = "/a2a"
 PROTOCOL_VERSION = "1.0"
 
 ADAPTER = Adapter("a2a", bp, rpc_paths=frozenset({RPC_PATH}), codes=CODES,
-                  public_paths=frozenset({AGENT_CARD_PATH}), push_format=PushFormat())
+                  public_paths=frozenset({AGENT_CARD_PATH}), push_format=A2APushFormat())
 
 
 # -- agent card ----------------------------------------------------------------------------
@@ -105,7 +105,7 @@ def handle_post(raw: bytes, version: str, principal: Principal, runtime: Runtime
         method = METHODS.get(req.method)
         if method is None:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"Method not found: {req.method}")
-        call = Call(principal, runtime.service, runtime.push(), runtime, Contexts(runtime.store))
+        call = A2AScope(principal, runtime.service, runtime.push(), runtime, Contexts(runtime.store))
         result = method(call, req.params, request_id)
     except Exception as exc:
         if isinstance(exc, RpcError) and exc.request_id is not None:

@@ -35,8 +35,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
-class Call:
-    """What every method needs: the caller and the runtime's parts."""
+class A2AScope:
+    """One A2A request's scope, what every method needs: the caller and the runtime's parts."""
 
     principal: Principal
     service: JobService
@@ -95,7 +95,7 @@ def _timestamp_ms(params: dict[str, Any], name: str) -> int | None:
     return -(-micros // 1000)
 
 
-def _context(call: Call, record: JobRecord) -> str:
+def _context(call: A2AScope, record: JobRecord) -> str:
     return call.contexts.of([record.id])[record.id]
 
 
@@ -106,7 +106,7 @@ def _task_id(params: dict[str, Any], name: str = "id") -> str:
 
 
 # -- messages ----------------------------------------------------------------------------------
-def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]:
+def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, str]:
     """Start a job from a message, or answer a parked job's input requests; returns (record, contextId)."""
     message = _object(params, "message", required=True)
     # [proto] Message: messageId, role and parts are REQUIRED; a client sends ROLE_USER.
@@ -140,8 +140,7 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
         after = call.push.last_event_id(record.id)
         record = call.service.provide_input(call.principal, task_id, responses)
         if push_config is not None:
-            call.push.put(record, normalize_config(push_config, record.id), after=after,
-                          now_ms=record.updated_ms, format=FORMAT)
+            call.push.put(record, normalize_config(push_config, record.id), after=after, format=FORMAT)
         return record, context
 
     _require_data(data)
@@ -161,8 +160,7 @@ def _accept_message(call: Call, params: dict[str, Any]) -> tuple[JobRecord, str]
     if context_id is not None:
         call.contexts.set(record, context_id)
     if push_config is not None:
-        call.push.put(record, normalize_config(push_config, record.id), after="0-0", now_ms=record.created_ms,
-                      format=FORMAT)
+        call.push.put(record, normalize_config(push_config, record.id), after="0-0", format=FORMAT)
     if context_id is None and outcome is SubmitOutcome.CREATED:
         return record, record.id  # a job made just now has no context but its own id: nothing to read
     return record, context_id or _context(call, record)
@@ -174,7 +172,7 @@ def _require_data(data: list[dict[str, Any]]) -> None:
                        'send {"data": {"operation": "...", "params": {...}}}.')
 
 
-def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def send_message(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     if _object(params, "configuration").get("returnImmediately"):
         record, context = _accept_message(call, params)
         return {"task": wire.task(record, context)}
@@ -185,7 +183,7 @@ def send_message(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[st
     return {"task": wire.task(record, context)}
 
 
-def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRecord:
+def _wait_interrupted(call: A2AScope, record: JobRecord, slot: StreamSlot) -> JobRecord:
     """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
     TTL ends it), or until this process is stopping. Waiting costs a greenlet of the web worker, not a thread that
     polls and submits need."""
@@ -201,7 +199,7 @@ def _wait_interrupted(call: Call, record: JobRecord, slot: StreamSlot) -> JobRec
     return record
 
 
-def send_streaming_message(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
+def send_streaming_message(call: A2AScope, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
     slot = call.runtime.limits().open_stream(call.principal)  # before any job is created
     try:
         record, context = _accept_message(call, params)
@@ -211,7 +209,7 @@ def send_streaming_message(call: Call, params: dict[str, Any], request_id: jsonr
         raise
 
 
-def subscribe_to_task(call: Call, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
+def subscribe_to_task(call: A2AScope, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
     record = call.service.get(call.principal, _task_id(params))
     if record.terminal:
         raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; there is nothing to subscribe to.")
@@ -223,7 +221,7 @@ def subscribe_to_task(call: Call, params: dict[str, Any], request_id: jsonrpc.Id
         raise
 
 
-def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot: StreamSlot) -> Response:
+def _stream(call: A2AScope, job_id: str, context: str, request_id: jsonrpc.Id, slot: StreamSlot) -> Response:
     """SSE: the task, then one update per change; closed on a terminal or interrupted state.
 
     The feed position is taken before the record is read, so no change falls between the two; a
@@ -260,19 +258,19 @@ def _stream(call: Call, job_id: str, context: str, request_id: jsonrpc.Id, slot:
 
 
 # -- tasks -------------------------------------------------------------------------------------
-def get_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def get_task(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     _history_length(params)
     # The record and its contextId in one round trip (what `_context` reads, with the same default).
     record, context = call.service.get_with_meta(call.principal, _task_id(params), CONTEXT_FIELD)
     return wire.task(record, context or record.id)
 
 
-def cancel_task(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def cancel_task(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = call.service.cancel(call.principal, _task_id(params))
     return wire.task(record, _context(call, record))
 
 
-def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def list_tasks(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     state_name = _text(params, "status", limit=64)
     wanted: JobState | None = None
     if state_name is not None and state_name != "TASK_STATE_UNSPECIFIED":  # the enum's zero: no filter
@@ -303,7 +301,7 @@ def list_tasks(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str,
 
 
 # -- push-notification configs -----------------------------------------------------------------
-def _owned(call: Call, params: dict[str, Any]) -> JobRecord:
+def _owned(call: A2AScope, params: dict[str, Any]) -> JobRecord:
     """The task a push-config write names, if the caller owns it: an admin reads any task but changes
     none of another owner's, so to a write that task is missing (as to a cancel)."""
     record = call.service.get(call.principal, _task_id(params, "taskId"))
@@ -312,15 +310,14 @@ def _owned(call: Call, params: dict[str, Any]) -> JobRecord:
     return record
 
 
-def create_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def create_push_config(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = _owned(call, params)
     config = normalize_config(params, record.id)
     resolve_target(config["url"], call.runtime.settings.push_allow_private)
-    return shown(call.push.put(record, config, after=call.push.last_event_id(record.id),
-                               now_ms=record.updated_ms, format=FORMAT))
+    return shown(call.push.put(record, config, after=call.push.last_event_id(record.id), format=FORMAT))
 
 
-def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def get_push_config(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = call.service.get(call.principal, _task_id(params, "taskId"))
     config = call.push.get(record.id, _task_id(params))
     if config is None:
@@ -328,23 +325,23 @@ def get_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict
     return shown(config)
 
 
-def list_push_configs(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def list_push_configs(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = call.service.get(call.principal, _task_id(params, "taskId"))
     return {"configs": [shown(c) for c in call.push.configs(record.id)], "nextPageToken": ""}
 
 
-def delete_push_config(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def delete_push_config(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = _owned(call, params)
     if not call.push.delete(record.id, _task_id(params)):
         raise JobNotFound("No such push notification config.")
     return {}
 
 
-def get_extended_card(call: Call, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
+def get_extended_card(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "This agent has no extended agent card.")
 
 
-Method = Callable[[Call, dict[str, Any], jsonrpc.Id], "dict[str, Any] | Response"]
+Method = Callable[[A2AScope, dict[str, Any], jsonrpc.Id], "dict[str, Any] | Response"]
 
 METHODS: dict[str, Method] = {
     "SendMessage": send_message,

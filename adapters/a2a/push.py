@@ -114,7 +114,7 @@ class Contexts:
         return {j: v or j for j, v in self.meta.get_many(job_ids, CONTEXT_FIELD).items()}
 
 
-class PushFormat:
+class A2APushFormat:
     """A2A push notifications: one StreamResponse per change, with the config's token and credentials."""
 
     def bodies(self, record: JobRecord, meta: Mapping[str, str]) -> list[dict[str, Any]]:

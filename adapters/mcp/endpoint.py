@@ -30,7 +30,7 @@ from .. import jsonrpc, problems
 from ..protocol import Adapter
 from . import revision_2025 as mcp_2025
 from . import revision_2026 as mcp_2026
-from .tools import (
+from .shared import (
     CLIENT_CAPABILITIES_META,
     CODES,
     HANDSHAKE_VERSIONS,
@@ -41,7 +41,7 @@ from .tools import (
     SERVER_INFO_META,
     SUPPORTED_VERSIONS,
     UNSUPPORTED_VERSION,
-    Call,
+    McpRequest,
     Reply,
     Stream,
     sse_response,
@@ -118,7 +118,7 @@ def handle_post(raw: bytes, headers: HeaderLookup, principal: Principal, runtime
         revision = _revision(rpc, headers)
         _check_headers(rpc, headers)
         session = headers.get("Mcp-Session-Id")
-        reply = _dispatch(Call(rpc, principal, runtime, {"Mcp-Session-Id": session} if session else {}), revision)
+        reply = _dispatch(McpRequest(rpc, principal, runtime, {"Mcp-Session-Id": session} if session else {}), revision)
     except Exception as exc:
         return _error(request_id, exc, revision)
     if isinstance(reply, Stream):
@@ -145,7 +145,7 @@ def get() -> Response:
     return response
 
 
-def _dispatch(call: Call, revision: str) -> Reply:
+def _dispatch(call: McpRequest, revision: str) -> Reply:
     if revision == MODERN and call.rpc.method == "initialize":
         raise _unsupported(call.params.get("protocolVersion"))
     table = mcp_2026.METHODS if revision == MODERN else mcp_2025.METHODS

@@ -1,19 +1,12 @@
 """MCP 2025-11-25 tasks (the shape most deployed clients speak). Translation only.
 
 `initialize` opens a session; tools declare `execution.taskSupport: "required"`; `tools/call` with
-`params.task` answers `{"task": …}`; `tasks/result` waits for the end on an SSE stream and asks for
-input on it with `elicitation/create`, as that revision describes.
-
-Nothing here keeps state between requests, so any web process can serve any request:
-- the session id only marks that a client did the handshake; jobs belong to the bearer's principal;
-- an `elicitation/create` request id names its task and input key, so the client's answer (a JSON-RPC
-  response POSTed on its own) goes straight to `provide_input`;
-- a client that declares URL-mode elicitation (`capabilities.elicitation.url`) gets a session id that
-  says so; its questions are asked in URL mode, pointing at the job's web page (`/ui/jobs/<id>`), where
-  the person answers in the browser; the stream then says `notifications/elicitation/complete`.
-  Other clients keep the form mode;
-- a `tasks/result` stream lasts at most `sse_max_s`; its event ids carry the task, the request id and
-  the keys already asked, and the client resumes with `GET` + `Last-Event-ID` (2025-11-25 SSE polling).
+`params.task` answers `{"task": …}`; `tasks/result` waits on an SSE stream, asking for input on it with
+`elicitation/create` (in URL mode, pointing at `/ui/jobs/<id>`, for a client that declares it). A stream lasts
+at most `sse_max_s`; its event ids carry what resuming needs (`GET` + `Last-Event-ID`).
+Rule: nothing is kept between requests, so any web process serves any request: the session id only marks the
+handshake (and URL-mode support), jobs belong to the bearer's principal, and an `elicitation/create` request id
+names its task and input key, so the client's answer goes straight to `provide_input`.
 """
 
 from __future__ import annotations
@@ -35,13 +28,13 @@ from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
-from .tools import (
+from .shared import (
     CODES,
     INSTRUCTIONS,
     LEGACY_VERSION,
     RELATED_TASK_META,
     SERVER_INFO,
-    Call,
+    McpRequest,
     Reply,
     Stream,
     call_tool_result,
@@ -102,7 +95,7 @@ def final_result(record: JobRecord) -> dict[str, Any]:
     return call_tool_result(record) | {"_meta": related(record.id)}
 
 
-def initialize(call: Call) -> Reply:
+def initialize(call: McpRequest) -> Reply:
     return {
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {"tools": {"listChanged": False},
@@ -112,15 +105,15 @@ def initialize(call: Call) -> Reply:
     }
 
 
-def ping(call: Call) -> Reply:
+def ping(call: McpRequest) -> Reply:
     return {}
 
 
-def list_tools(call: Call) -> Reply:
+def list_tools(call: McpRequest) -> Reply:
     return {"tools": tools(call.runtime, legacy=True)}
 
 
-def call_tool(call: Call) -> Reply:
+def call_tool(call: McpRequest) -> Reply:
     name = string_param(call.params, "name")
     call.runtime.registry.get(name)
     requested = call.params.get("task")
@@ -136,11 +129,11 @@ def call_tool(call: Call) -> Reply:
     return {"task": task(record)}
 
 
-def get_task(call: Call) -> Reply:
+def get_task(call: McpRequest) -> Reply:
     return task(call.service.get(call.principal, string_param(call.params, "taskId")))
 
 
-def list_tasks(call: Call) -> Reply:
+def list_tasks(call: McpRequest) -> Reply:
     cursor = call.params.get("cursor")
     if cursor is not None and not isinstance(cursor, str):
         raise InvalidParams("`cursor` must be a string.")
@@ -151,12 +144,12 @@ def list_tasks(call: Call) -> Reply:
     return out
 
 
-def cancel_task(call: Call) -> Reply:
+def cancel_task(call: McpRequest) -> Reply:
     """Cancel and return the Task, now cancelled (a running job's worker is fenced out at once)."""
     return task(call.service.cancel(call.principal, string_param(call.params, "taskId")))
 
 
-def task_result(call: Call) -> Reply:
+def task_result(call: McpRequest) -> Reply:
     task_id = string_param(call.params, "taskId")
     record = call.service.get(call.principal, task_id)
     if record.terminal:
@@ -291,7 +284,7 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(k, str) for k in value)
 
 
-METHODS: dict[str, Callable[[Call], Reply]] = {
+METHODS: dict[str, Callable[[McpRequest], Reply]] = {
     "initialize": initialize,
     "ping": ping,
     "tools/list": list_tools,

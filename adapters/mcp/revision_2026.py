@@ -20,7 +20,7 @@ from tasks_backend.service.follow import follow
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
-from .tools import (
+from .shared import (
     CLIENT_CAPABILITIES_META,
     INSTRUCTIONS,
     MISSING_CAPABILITY,
@@ -28,7 +28,7 @@ from .tools import (
     SUBSCRIPTION_META,
     SUPPORTED_VERSIONS,
     TASKS_EXTENSION,
-    Call,
+    McpRequest,
     Reply,
     Stream,
     call_tool_result,
@@ -52,19 +52,19 @@ MAX_LISTEN_TASKS = 32
 ACK: dict[str, Any] = {"resultType": "complete"}
 
 
-def declared_tasks(call: Call) -> bool:
+def declared_tasks(call: McpRequest) -> bool:
     capabilities = call.meta.get(CLIENT_CAPABILITIES_META)
     extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
-def _require_tasks(call: Call) -> None:
+def _require_tasks(call: McpRequest) -> None:
     if not declared_tasks(call):
         raise jsonrpc.RpcError(MISSING_CAPABILITY, "Missing required client capability",
                                {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
 
 
-def url_mode(call: Call) -> bool:
+def url_mode(call: McpRequest) -> bool:
     """Whether this request's client capabilities declare URL-mode elicitation."""
     return declares_url_elicitation(call.meta.get(CLIENT_CAPABILITIES_META))
 
@@ -89,27 +89,27 @@ def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _detailed(call: Call, record: JobRecord) -> dict[str, Any]:
+def _detailed(call: McpRequest, record: JobRecord) -> dict[str, Any]:
     return detailed_task(record, job_page(call.service.settings, record.id) if url_mode(call) else None)
 
 
-def discover(call: Call) -> Reply:
+def discover(call: McpRequest) -> Reply:
     return {"resultType": "complete", "supportedVersions": SUPPORTED_VERSIONS,
             "capabilities": {"tools": {"listChanged": False}, "extensions": {TASKS_EXTENSION: {}}},
             "instructions": INSTRUCTIONS,
             "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
 
 
-def ping(call: Call) -> Reply:
+def ping(call: McpRequest) -> Reply:
     return dict(ACK)
 
 
-def list_tools(call: Call) -> Reply:
+def list_tools(call: McpRequest) -> Reply:
     return {"resultType": "complete", "tools": tools(call.runtime, legacy=False), "ttlMs": LIST_TTL_MS,
             "cacheScope": "private"}
 
 
-def call_tool(call: Call) -> Reply:
+def call_tool(call: McpRequest) -> Reply:
     # Validate the tool first, so an unknown tool reads the same with or without the extension.
     call.runtime.registry.get(string_param(call.params, "name"))
     _require_tasks(call)
@@ -117,13 +117,13 @@ def call_tool(call: Call) -> Reply:
     return {"resultType": "task", **handle(record)}
 
 
-def get_task(call: Call) -> Reply:
+def get_task(call: McpRequest) -> Reply:
     _require_tasks(call)
     record = call.service.get(call.principal, string_param(call.params, "taskId"))
     return {"resultType": "complete", **_detailed(call, record)}
 
 
-def update_task(call: Call) -> Reply:
+def update_task(call: McpRequest) -> Reply:
     _require_tasks(call)
     task_id = string_param(call.params, "taskId")
     responses = call.params.get("inputResponses")
@@ -138,7 +138,7 @@ def update_task(call: Call) -> Reply:
     return dict(ACK)
 
 
-def cancel_task(call: Call) -> Reply:
+def cancel_task(call: McpRequest) -> Reply:
     _require_tasks(call)
     # Cancel is an acknowledgement; a terminal task simply keeps the state it reached.
     with contextlib.suppress(JobNotCancelable):
@@ -146,7 +146,7 @@ def cancel_task(call: Call) -> Reply:
     return dict(ACK)
 
 
-def listen(call: Call) -> Reply:
+def listen(call: McpRequest) -> Reply:
     """`subscriptions/listen`: `notifications/tasks` for each change of the named tasks, over SSE.
 
     Only the caller's own tasks are accepted (others are left out of the acknowledgement, exactly like
@@ -184,7 +184,7 @@ def listen(call: Call) -> Reply:
     return Stream(call.runtime.limits().hold(call.principal, events()))
 
 
-METHODS: dict[str, Callable[[Call], Reply]] = {
+METHODS: dict[str, Callable[[McpRequest], Reply]] = {
     "server/discover": discover,
     "ping": ping,
     "tools/list": list_tools,

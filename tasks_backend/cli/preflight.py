@@ -1,14 +1,11 @@
-"""What `tasks-backend run` makes sure of before it starts anything, each refusal said once with what to change:
+"""What `tasks-backend run` makes sure of before it starts anything, each refusal said once with what to change.
 
-- its data directory is its own: the embedded Redis of another `run` keeps its AOF there (two servers appending
-  to one file each lose the other's jobs), so the directory is locked for as long as a `run` uses it;
-- its configuration holds: the numbers are numbers and the job modules import, found here once rather than by
-  every child at each restart;
-- the Redis and the broker it was pointed at answer (a stale `REDIS_URL` in the shell would otherwise keep every
-  child waiting, and nothing would say why).
-
-Heavy imports (Celery, kombu, redis-py) wait until a check needs them: every `tasks-backend` command imports
-this module.
+- Its data directory is its own (`DataDirLock`): two embedded Redis servers appending to one AOF would each
+  lose the other's jobs.
+- Its configuration holds: the numbers are numbers and the job modules import (once here, not in every child).
+- The Redis and the broker it was pointed at answer (a stale `REDIS_URL` would leave every child waiting).
+Rule: heavy imports (Celery, kombu, redis-py) wait until a check needs them, since every `tasks-backend`
+command imports this module.
 """
 
 from __future__ import annotations

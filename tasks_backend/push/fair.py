@@ -1,20 +1,12 @@
 """Sharing push delivery fairly between owners: a pool that serves owners in turn, and a breaker per target.
 
-One owner's receivers must not decide when another owner's notifications go out. A receiver that accepts
-the connection and never answers holds a POST for the whole push timeout; an owner with thousands of
-configs pointing at such receivers would otherwise fill every POST slot and the queue behind it. So:
-
-- `FairPool` runs POSTs on a fixed number of threads, but keeps a queue per owner and hands a free
-  thread to the owner served least recently that has work and is below its cap (`per_owner`, half the
-  threads): one owner never holds more than half the slots, and another owner's work waits for the
-  next free slot, never behind the first owner's queue.
-- `Breakers` remembers, per owner and target (scheme, host, port), how many exchanges in a row got no
-  answer (a timeout, a refused or reset connection, an answer that is not HTTP). After `threshold` of
-  them the target is open: attempts fail at once, without a connection, for a cool-off that doubles (up
-  to a minute) while the target stays silent; then one attempt at a time probes it, and an answer (any
-  HTTP status) closes it. Each owner has breakers of its own: one owner's configs at a path of a shared
-  host that hangs must not make another owner's attempts at that host fail. The state is this process's
-  own: each worker process learns it for itself.
+A receiver that accepts the connection and never answers holds a POST for the whole push timeout; an owner
+with thousands of configs at such receivers would otherwise fill every POST slot and the queue behind it.
+`FairPool` keeps a queue per owner and hands a free thread to the owner served least recently that has work
+and is below its cap (half the threads). `Breakers` stops calling a target (scheme, host, port) that keeps
+giving no answer: its attempts fail at once for a cool-off, then one attempt at a time probes it.
+Rule: one owner's receivers never decide when another owner's notifications go out; the state is each
+process's own, on its monotonic clock.
 """
 
 from __future__ import annotations
@@ -127,7 +119,13 @@ class _Target:
 
 
 class Breakers:
-    """A circuit breaker per owner and push target, on this process's monotonic clock."""
+    """A circuit breaker per owner and push target, on this process's monotonic clock.
+
+    A failure is an exchange that got no HTTP answer (a timeout, a refused or reset connection, an answer
+    that is not HTTP). After `threshold` in a row the target is open for a cool-off that doubles, up to
+    `max_s`, while it stays silent; then one attempt at a time probes it, and any HTTP status closes it.
+    Breakers are per owner too: one owner's configs at a hanging path of a shared host must not make
+    another owner's attempts at that host fail."""
 
     def __init__(self, threshold: int = BREAKER_THRESHOLD, base_s: float = BREAKER_BASE_S,
                  max_s: float = BREAKER_MAX_S, clock: Callable[[], float] = time.monotonic) -> None:

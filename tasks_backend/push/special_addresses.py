@@ -2,17 +2,11 @@
 
 `SPECIAL_PURPOSE` is every entry of the IANA IPv4 and IPv6 Special-Purpose Address Registries
 (https://www.iana.org/assignments/iana-ipv4-special-registry/,
-https://www.iana.org/assignments/iana-ipv6-special-registry/) at the time of writing, in one table, in
-the registries' order. An address is allowed when it is global unicast (IPv6: inside `2000::/3`; IPv4:
-outside multicast `224.0.0.0/4`) and inside no entry. Entries IANA calls globally reachable are refused
-too: they are anycast services, AS112 sinks, AMT relays and identifiers, never a webhook receiver.
-
-Three entries are other ways to write an IPv4 address (`embeds_ipv4`): an address in them is judged by
-the IPv4 address it carries. Teredo is not among them: its client address is obfuscated and the tunnel
-it needs is long out of use, so it is refused with `2001::/23`.
-
-Python's own `is_global` is not used: it follows its release's copy of the registries and the IPv6
-address architecture only in part (3.11 calls `fec0::/10`, `5f00::/16` and `3fff::/20` global).
+https://www.iana.org/assignments/iana-ipv6-special-registry/), in the registries' order. An address is
+allowed when it is global unicast (IPv6: inside `2000::/3`; IPv4: outside multicast) and inside no entry.
+Rule: entries IANA calls globally reachable are refused too (anycast services, AS112 sinks, AMT relays: never
+a webhook receiver); an address in an entry that only rewrites an IPv4 address is judged by that address.
+Python's `is_global` is not used: it follows its release's copy of the registries, and only in part.
 """
 
 from __future__ import annotations
@@ -44,6 +38,9 @@ def _block(prefix: str, name: str, rfc: str, reachable: bool | None, *, embeds_i
     return Block(ipaddress.ip_network(prefix), name, rfc, reachable, embeds_ipv4)
 
 
+#: Teredo (`2001::/32`) is not marked `embeds_ipv4`: its client address is obfuscated and the tunnel it needs
+#: is long out of use, so it is refused with `2001::/23`. (Python 3.11's `is_global` calls `fec0::/10`,
+#: `5f00::/16` and `3fff::/20` global.)
 SPECIAL_PURPOSE: tuple[Block, ...] = (
     # IPv4
     _block("0.0.0.0/8", "This network", "RFC 791 §3.2", False),

@@ -1,14 +1,11 @@
 """Push subscriptions in Redis: webhooks that receive each change of a job, in order, at least once.
 
-A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`; the
-core stores it as given, tracks a delivery cursor per subscription, and has the workers' delivery loop
-POST to its `url` what the adapter's `PushFormat` makes of each change. The format is named when the
-subscription is stored, so each protocol's subscribers get that protocol's bodies and headers.
-
-Jobs without subscriptions cost nothing: only a job that has one is put on the `push_due` set, and
-only the workers' delivery loop reads that set. Every key written here expires with its job
-(`createdAt + ttlMs`); the due set is an index kept at the TTL ceiling like the sweeper's. The target
-guard and the POST itself are in `webhook`.
+A subscription is an adapter's own JSON object with an `id` (unique within the job) and a `url`, stored as
+given with the name of its `PushFormat` (what that protocol's subscribers receive), and a delivery cursor.
+The workers' delivery loop POSTs to its `url`; the target guard and the POST itself are in `webhook`.
+Rule: jobs without subscriptions cost nothing (only a job that has one is put on the `push_due` set, which only
+the delivery loop reads), and every key written here expires with its job (`createdAt + ttlMs`); the due set
+is an index kept at the TTL ceiling like the sweeper's.
 """
 
 from __future__ import annotations
@@ -212,7 +209,7 @@ class PushStore:
         self._settle = self.redis.register_script(_SETTLE)
 
     # -- subscriptions (web side) -------------------------------------------------------
-    def put(self, record: JobRecord, config: dict[str, Any], *, after: str, now_ms: int = 0,
+    def put(self, record: JobRecord, config: dict[str, Any], *, after: str,
             format: str | None = None) -> dict[str, Any]:
         """Store (or replace) a subscription, posted in `format`; delivery starts with the first event
         after `after`.
@@ -221,7 +218,7 @@ class PushStore:
         a SendMessage retried after its job finished (its first try submitted the job but never stored
         the subscription) asks for everything from `0-0`, the final state included. A feed that has
         already expired has nothing left to send. The job is due at once (score 0, not this host's
-        clock, which the workers may not share); `now_ms` is accepted for older callers.
+        clock, which the workers may not share).
 
         The subscription and its cursor are written together (one slot, the job's); the due entry after
         them, in a command of its own, since the due set lives in another slot of a Redis Cluster. A put

@@ -1,14 +1,12 @@
 """The operations the workers run, published in Redis, for applications that submit without the job code.
 
-Celery's `send_task` sends a task by its name alone. A submit here also checks the params, and an application
-that only submits and waits (`connect_service()`) may be unable to import the job modules that
-`TASKS_BACKEND_JOBS` names: they live with the workers. So every worker publishes what a submit needs of each
-operation it runs (its description, its params' JSON Schema, TTL and poll interval) in one hash, and such an
-application checks submits against that (`PublishedOperations`).
-
-Each entry carries when it was last published, by Redis's clock. A publish writes the worker's entries, drops
-those no worker published for `CATALOG_TTL_S` (an operation taken out of the code) and gives the hash that TTL,
-so that with no worker publishing for that long nothing is left to check against, and a submit says why.
+A submit checks the params, and an application that only submits and waits (`connect_service()`) may be
+unable to import the job modules `TASKS_BACKEND_JOBS` names: they live with the workers. So every worker
+publishes what a submit needs of each operation it runs (description, params' JSON Schema, TTL, poll
+interval) in one hash (`Publisher`), and such an application checks submits against it (`PublishedOperations`).
+Rule: each entry carries when it was last published, by Redis's clock; a publish drops entries no worker
+published for `CATALOG_TTL_S` and gives the hash that TTL, so with no worker publishing nothing is left to
+check against, and a submit says why.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ TICK_S = 1.0
 
 
 # Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
-class JobCancelled(BaseException):
+class CancellationRequested(BaseException):
     """Raised at a cancellation point once the owner cancelled the job (it is `cancelled` already)."""
 
 
@@ -181,7 +181,7 @@ class JobContext:
         """A cancellation point: raises if the job was cancelled or this worker lost it."""
         if self.cancelled:
             if self._keeper.cancelled.is_set():
-                raise JobCancelled()
+                raise CancellationRequested()
             if self.told_to_stop:
                 raise HandedBack()
             raise LeaseLost()
@@ -199,7 +199,7 @@ class JobContext:
             lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
         if outcome == JobState.CANCELLED:
             self._keeper.cancelled.set()
-            raise JobCancelled()
+            raise CancellationRequested()
         if outcome == "fenced":
             raise LeaseLost()
         return json.loads(stored)  # type: ignore[no-any-return]
@@ -309,7 +309,7 @@ class Executor:
             return self._finish(record, token, JobState.INPUT_REQUIRED, {
                 "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
                 "attempts": "0"})
-        except JobCancelled:
+        except CancellationRequested:
             return self._cancelled(record)
         except LeaseLost:
             return "lost"

@@ -1,27 +1,13 @@
-"""RabbitMQ as the broker: quorum queues, publisher confirms, dead letters, and a backlog the sweeper can read.
+"""RabbitMQ as the broker: the quorum job queue, publisher confirms, dead letters, and the backlog count.
 
-The job queue is a quorum queue (replicated, durable) with a delivery limit: a message returned to it
-more than `Settings.delivery_limit` times (its worker died each time before acknowledging it) is
-dead-lettered to `<queue>.dead` instead of being delivered again. The sweeper drains that queue and
-fails each job through the state scripts, with an error that says why (`DeliveryLimit`). Most workers
-lost mid-job never get that far: a redelivered message whose job is still leased is acknowledged and
-dropped, and the sweeper's lease check and attempt count (`WorkerLost`) handle the job; the limit is the
-backstop for a message that kills its worker before the job is claimed, or whose claims keep lapsing.
+The job queue is a quorum queue with a delivery limit: a message its workers died on more than
+`Settings.delivery_limit` times goes to `<queue>.dead`, whose jobs the sweeper fails (`DeliveryLimit`). Most
+lost workers are handled before that by the lease check (`WorkerLost`); the limit is the backstop for a
+message that kills its worker before the job is claimed. Every publish waits for the broker's confirm, so
+one that returns is in the queue and one that raises is left to the sweeper, as with Redis.
 
-Every publish waits for the broker's confirm, so a publish that returns is in the queue (replicated to
-a quorum), and one that raises is left to the sweeper, as with Redis.
-
-The sweeper tells a job waiting behind a long backlog from one whose publish was lost by comparing
-how many job messages were ever confirmed (a counter in Redis) with how many wait in the queue now
-(`queue.declare` passive): at its first look at a queued job it notes the count, and it republishes only
-once that many messages have left the queue and a grace has passed (`scripts.SWEEP_ONE`). The count is kept
-off the submit path: each process adds its confirms up in memory and a background thread adds them to
-the Redis counter every `TALLY_FLUSH_S` (at most a quarter of the grace, so a job's own message is
-counted before the sweeper's first look at it). Messages the count misses (redeliveries, delayed
-retries, a process that died with confirms unflushed) make the sweeper wait longer, never republish a
-waiting job again and again: once the queue drains, every message counted before has left it. The one
-cost of a count lost for good is that a job published just then may be republished once as it nears the
-head of the queue; its claim makes the second message harmless.
+Rule: a queued job is republished only once the messages confirmed before the sweeper's first look at it
+have left the queue (`PushTally`, `scripts.SWEEP_ONE`): a count that is off delays a republish, never repeats it.
 """
 
 from __future__ import annotations
@@ -99,6 +85,14 @@ def amqp_config(settings: Settings) -> dict[str, Any]:
 
 class PushTally:
     """Confirmed publishes, counted in memory and added to a Redis counter by a background thread.
+
+    The sweeper tells a job behind a long backlog from one whose publish was lost by comparing this count
+    with the messages waiting now (`waiting`). It is kept off the submit path and flushed every
+    `TALLY_FLUSH_S` (at most a quarter of the grace, so a job's own message is counted before the sweeper's
+    first look). Messages it misses (redeliveries, delayed retries, a process that died unflushed) make the
+    sweeper wait longer; once the queue drains, every message counted before has left it. A count lost for
+    good can make a job published just then be republished once near the head of the queue, which its
+    claim makes harmless.
 
     The thread starts with the first count in each process (so a forked child starts its own)."""
 

@@ -1,14 +1,11 @@
 """Job metrics kept in Redis, so that any web process can report what every worker and sweeper did.
 
-Workers record each outcome (with the job's duration from submit) and each job they park on input;
-sweepers record their actions. The figures are counters in two Redis hashes, plus one sorted set of
-parked jobs that is pruned when read, so the "parked now" gauge heals itself whether a job resumed,
-was cancelled or expired. Every key has a TTL that the writers renew (the counter hashes at most once
-a minute per process). Metrics never fail a job: a write that cannot reach Redis is dropped.
-
-Workers count outcomes in memory and write them once a second, one command per distinct counter: the
-duration bucket and the duration sum per operation and outcome. Outcome counts and the per-operation
-histogram are sums of those, taken at read time.
+Workers record each outcome (with the job's duration from submit) and each job they park on input; sweepers
+record their actions. The figures are counters in two Redis hashes, written by each worker once a second per
+distinct counter (duration bucket and sum per operation and outcome; the other figures are sums taken at
+read time), plus one sorted set of parked jobs, pruned when read so the "parked now" gauge heals itself.
+Rule: every key has a TTL that the writers renew (the counter hashes at most once a minute per process), and
+metrics never fail a job: a write that cannot reach Redis is dropped.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Ending held streams and blocking waits when a web process is asked to stop, or when a stream's client goes away.
 
-A deploy stops a web process with SIGTERM, and its server then waits, up to the graceful timeout, for the
-requests in flight. Event streams, subscriptions and blocking sends stay in flight for minutes, each blocked in
-Redis for the job's next change: left alone they would hold every stopping process for its whole graceful timeout
-(30 s) and then be cut off mid-stream. `Drain.stop` ends each of them as its own deadline would: a stream closes
-cleanly (its client reconnects, with Last-Event-ID, to a process still serving) and a blocking send answers with
-the task as it stands.
-
-A client that hangs up is noticed by `ClientWatch`, around each streamed response: its reads end at once (under
-gevent, as the web worker serves; under threads at its next read), so a stream's Redis connection and the reading
-that holds it are gone within moments of the hang-up, before the stream's slot is given back.
+Event streams, subscriptions and blocking sends stay in flight for minutes, each blocked in Redis for the job's
+next change: left alone they would hold a stopping process (SIGTERM, a deploy) for its whole graceful timeout
+and then be cut off mid-stream. `Drain.stop` ends each of them as its own deadline would: a stream closes cleanly
+(its client reconnects, with Last-Event-ID, to a process still serving) and a blocking send answers with the
+task as it stands. `ClientWatch` ends a stream's reads as soon as its client hangs up.
+Rule: nothing held outlives the process's stop or its client, so a stream's Redis connection and slot go back
+within moments.
 """
 
 from __future__ import annotations

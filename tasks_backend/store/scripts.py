@@ -1,25 +1,13 @@
 """The Lua scripts behind every state change.
 
-Each job script touches one job's keys only (KEYS = job, events, steps, answers; one hash tag); the
-schedule scripts touch one global sorted set only; so every script runs in a single Redis Cluster slot.
-A script that changes a job gives every key it may have created the job's absolute expiry, appends
-one entry to the event feed, and checks the fencing token where the caller is a worker.
-
-Three rules hold for every script:
-- Redis is the one clock: every time a script writes or compares (leases, `created`, `updated`,
-  expiry, due times) is `redis.call('TIME')`, never a host's clock, so a worker whose clock is off
-  cannot make a lease look lapsed to a sweeper.
-- Applied twice, a script gives the same outcome: redis-py sends a command again after a connection
-  error, so a script whose reply was lost runs twice. A caller passes a request id; a script that
-  changes a job remembers the last id and its reply in the job hash (one short field, `rq`), and a
-  replay answers that. A completion is the exception: only its token's holder can make it, so its
-  replay is known by the token and it records nothing (completed jobs keep no `rq`; see TRANSITION).
-- Which states may follow which is decided by `domain.ALLOWED_TRANSITIONS` only: the state names in
-  the scripts are `$NAME` placeholders rendered from `JobState` at import, and sets of states
-  (`$TERMINAL`, `$CANCELLABLE`, ...) are rendered from the table.
-
-The hot scripts (claim, transition) read the job once and write it once: each `redis.call` costs
-more than the Lua around it.
+Each job script touches one job's keys only (one hash tag) and each schedule script one global sorted set, so
+every script runs in a single Redis Cluster slot. A script that changes a job gives every key it may create the
+job's absolute expiry, appends one event to the feed, and checks the fencing token where a worker calls.
+Rules: Redis is the one clock (every time written or compared is `redis.call('TIME')`); applied twice, a script
+gives the same outcome (a caller's request id and its reply are kept in the job hash's `rq`; a completion's
+replay is known by its token); which state may follow which comes only from `domain.ALLOWED_TRANSITIONS`
+(`$NAME` and `$TERMINAL`-style placeholders rendered at import). The hot scripts (claim, transition) read the
+job once and write it once.
 """
 
 from __future__ import annotations

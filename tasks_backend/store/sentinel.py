@@ -1,14 +1,11 @@
 """The store behind Redis Sentinel: a client that follows the primary the Sentinels name across a failover.
 
-The address form is the one Celery and kombu already take for a Sentinel broker, one `sentinel://` URL per
-Sentinel joined by `;`, each with the database (`sentinel://[:password@]host:port/db;sentinel://host:port/db`).
-The service name (Sentinel's `master_name`) cannot ride in that URL (kombu rejects unknown query options),
-so it comes from `TASKS_BACKEND_REDIS_SERVICE` and is passed alongside.
-
-While the primary is down and no replica has been promoted yet, commands fail with connection errors
-(`MasterNotFoundError` is one), which the store answers as 503 + Retry-After. A connection to a primary
-that was demoted to a replica gets READONLY, which redis-py turns into a connection error and a fresh
-look-up, so writes never land on a replica.
+The address is the form Celery and kombu take for a Sentinel broker: one `sentinel://` URL per Sentinel joined
+by `;`, each with the database (`sentinel://[:password@]host:port/db;sentinel://host:port/db`). The service
+name (`master_name`) comes from `TASKS_BACKEND_REDIS_SERVICE`, since kombu rejects unknown query options.
+Rule: while no primary is known, commands fail with connection errors (answered as 503 + Retry-After), and a
+primary demoted to a replica answers READONLY, which becomes a connection error and a fresh look-up: writes
+never land on a replica.
 """
 
 from __future__ import annotations

@@ -77,8 +77,7 @@ def receiver() -> Iterator[Receiver]:
 def test_push_keys_expire_no_later_than_their_job(runtime: Runtime) -> None:
     record, _ = runtime.service.submit(Principal("alice"), "test.noop", {}, ttl_s=120)
     push = PushStore(runtime.store)
-    push.put(record, normalize_config({"url": "https://8.8.8.8/h"}, record.id), after="0-0",
-             now_ms=record.created_ms)
+    push.put(record, normalize_config({"url": "https://8.8.8.8/h"}, record.id), after="0-0")
     contexts = Contexts(runtime.store)
     contexts.set(record, "ctx")
     r, keys = runtime.store.redis, runtime.store.keys
@@ -146,7 +145,7 @@ def test_failed_posts_are_retried_with_backoff_until_delivered(runtime: Runtime,
         record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
         auth = {"scheme": "Bearer", "credentials": "hook-secret"}
         config = normalize_config({"url": receiver.url, "token": "tok", "authentication": auth}, record.id)
-        PushStore(runtime.store).put(record, config, after="0-0", now_ms=record.created_ms)
+        PushStore(runtime.store).put(record, config, after="0-0")
         _deliver_until(deliverer, lambda: "TASK_STATE_COMPLETED" in receiver.states(),
                        "the final notification")
         assert receiver.attempts >= 3
@@ -172,7 +171,7 @@ def test_a_dead_receiver_is_given_up_on_event_by_event(runtime: Runtime, setting
         record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
         push = PushStore(runtime.store)
         config = normalize_config({"url": receiver.url}, record.id)
-        push.put(record, config, after="0-0", now_ms=record.created_ms)
+        push.put(record, config, after="0-0")
         wait_until(lambda: runtime.service.get(Principal("alice"), record.id).terminal, 30,
                    message="the job to finish")
         last = push.last_event_id(record.id)

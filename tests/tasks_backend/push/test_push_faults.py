@@ -97,8 +97,7 @@ def _job(runtime: Runtime, principal: Principal = ALICE, operation: str = "test.
 
 def _put(runtime: Runtime, record: JobRecord, config: dict[str, Any]) -> None:
     """Store a config as it stands (validation bypassed: as one stored before it was validated)."""
-    PushStore(runtime.store).put(record, {"id": record.id, "taskId": record.id, **config}, after="0-0",
-                                 now_ms=record.created_ms)
+    PushStore(runtime.store).put(record, {"id": record.id, "taskId": record.id, **config}, after="0-0")
 
 
 def _finished(runtime: Runtime, record: JobRecord) -> None:

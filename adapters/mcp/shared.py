@@ -52,7 +52,7 @@ INSTRUCTIONS = ("Each tool starts a long-running job and answers with a task han
 
 
 @dataclass
-class Call:
+class McpRequest:
     """One JSON-RPC request as an MCP handler sees it."""
 
     rpc: jsonrpc.Request
@@ -115,7 +115,7 @@ def string_param(params: dict[str, Any], name: str) -> str:
     return value
 
 
-def submit_call(call: Call, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+def submit_call(call: McpRequest, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
     """Submit `tools/call` as a job: the tool names the operation, the arguments are its params."""
     name = string_param(call.params, "name")
     arguments = call.params.get("arguments")
