@@ -15,7 +15,8 @@ from typing import Any
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime
-from tasks_backend.store.jobs import RedisStore, new_request_id
+from tasks_backend.store.jobs import RedisStore
+from tasks_backend.store.runner import new_request_id
 
 RESULT = json.dumps({"ok": True})
 WORKER = "bench-host:1"

@@ -38,7 +38,8 @@ from ..model.domain import TERMINAL_STATES, JobRecord, SubmitOutcome
 from ..running.dispatch import Dispatcher
 from ..running.registry import Registry
 from ..service.jobs import JobService, as_principal
-from ..store.jobs import RedisStore, redis_errors
+from ..store.connect import redis_errors
+from ..store.jobs import RedisStore
 from ..store.keys import Keys
 from .auth import Authenticator, Principal
 

@@ -26,7 +26,9 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
-from ..store.jobs import RedisStore, new_request_id, through_outage
+from ..store.connect import through_outage
+from ..store.jobs import RedisStore
+from ..store.runner import new_request_id
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
 from .stats import JobStats

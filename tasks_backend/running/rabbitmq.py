@@ -14,7 +14,7 @@ a quorum), and one that raises is left to the sweeper, as with Redis.
 The sweeper tells a job waiting behind a long backlog from one whose publish was lost by comparing
 how many job messages were ever confirmed (a counter in Redis) with how many wait in the queue now
 (`queue.declare` passive): at its first look at a queued job it notes the count, and it republishes only
-once that many messages have left the queue and a grace has passed (`scripts.SWEEP_ONE`). The count is kept
+once that many messages have left the queue and a grace has passed (`sweep_one.lua`). The count is kept
 off the submit path: each process adds its confirms up in memory and a background thread adds them to
 the Redis counter every `TALLY_FLUSH_S` (at most a quarter of the grace, so a job's own message is
 counted before the sweeper's first look at it). Messages the count misses (redeliveries, delayed

@@ -1,7 +1,7 @@
 """The sweeper: the safety net under at-least-once delivery.
 
 It republishes jobs stuck in `queued` (a publish that was lost, or a message lost in the broker's
-fetch window; not jobs whose message waits behind others, see `scripts.SWEEP_ONE`), requeues jobs whose
+fetch window; not jobs whose message waits behind others, see `sweep_one.lua`), requeues jobs whose
 worker died (lease lapsed) and fails jobs that used up their attempts. Jobs past their TTL simply
 expire in Redis; a worker still running one finds it gone at its next write and stops. Every decision
 is one Lua script on Redis's clock, so any number of sweepers may run at once, whatever their own

@@ -1,132 +1,28 @@
-"""The only module that talks to Redis about jobs.
+"""The job store: the only module that reads or writes a job's keys in Redis.
 
-Redis errors are translated here, at the boundary, into `StoreUnavailable`; nothing above sees a
-redis-py exception. Scripts are called by SHA inside plain pipelines (redis-py's `Script` objects would
-add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis restarted) is reloaded once.
+Every state change is a script (`store.scripts`) run through `ScriptRunner`; Redis errors reach callers as
+`StoreUnavailable` (see `connect.redis_errors`), never as a redis-py exception.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import json
-import os
-import socket
-import struct
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from ..config import is_cluster_url
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
-from . import sentinel as failover
+from .connect import REDIS_DOWN, redis_errors
 from .keys import Keys
+from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
-
-T = TypeVar("T")
 
 #: How often a reader of several jobs' feeds on a Redis Cluster looks for new entries (see `events_many`).
 CLUSTER_POLL_S = 0.5
-
-# A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
-# own: the same "try again later" to callers.
-_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
-               redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
-
-
-def keepalive_options() -> dict[int, int]:
-    """TCP options that drop a connection to a Redis that died or became unreachable within seconds."""
-    wanted = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 30_000}
-    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
-
-
-class KernelTimeoutConnection(redis.Connection):
-    """A TCP connection whose reads and writes time out in the kernel (`SO_RCVTIMEO`, `SO_SNDTIMEO`).
-
-    A Python socket with a timeout polls before every send and receive: two system calls more per
-    round trip, on every request. A blocking socket with kernel timeouts fails a stalled call after
-    the same time (as a connection error, which the store turns into `StoreUnavailable`)."""
-
-    def __init__(self, *, io_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
-        self.io_timeout_s = io_timeout_s
-
-    def _connect(self) -> socket.socket:
-        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
-        seconds = int(self.io_timeout_s)
-        timeval = struct.pack("ll", seconds, int((self.io_timeout_s - seconds) * 1_000_000))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-        return sock
-
-
-def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> redis.Redis:
-    """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang.
-
-    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `sentinel`), a
-    `redis+cluster://` URL a client of the cluster (see `cluster`)."""
-    if is_cluster_url(url):
-        from .cluster import connect_cluster  # it builds on this module
-
-        return connect_cluster(url, timeout_s)  # type: ignore[return-value]  # the store uses the client untyped
-    timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
-    sentinel = failover.is_sentinel_url(url)
-    if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
-        timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
-    open_client = functools.partial(failover.connect_primary, url, service) if sentinel else functools.partial(
-        redis.Redis.from_url, url)
-    return open_client(
-        decode_responses=True,
-        socket_connect_timeout=min(timeout_s, 1.0),
-        socket_keepalive=True,
-        socket_keepalive_options=keepalive_options(),
-        health_check_interval=15,
-        retry=Retry(NoBackoff(), 1),
-        **timeouts,
-    )
-
-
-def new_request_id() -> str:
-    """An id for one request to a script (a replay carries the same one). It is only ever compared with
-    the last request that changed the same job, so 48 random bits are plenty, and every finished job
-    keeps one: short, for memory."""
-    return base64.urlsafe_b64encode(os.urandom(6)).decode()
-
-
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    try:
-        yield
-    except _REDIS_DOWN as exc:
-        raise StoreUnavailable() from exc
-
-
-def through_outage(call: Callable[[], T], tolerance_s: float, stop: threading.Event | None = None) -> T:
-    """`call`, retried while Redis is unreachable for up to `tolerance_s` (a restart, a stall, a failover), with a
-    doubling wait; raises the last `StoreUnavailable` past that, or as soon as `stop` is set. For a write whose
-    caller has no better moment to make it: what outlives the tolerance is left to leases and the sweeper."""
-    deadline = time.monotonic() + tolerance_s
-    delay = 0.05
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() + delay > deadline:
-                raise
-            if stop is None:
-                time.sleep(delay)
-            elif stop.wait(delay):
-                raise
-            delay = min(delay * 2, 1.0)
 
 
 @dataclass(frozen=True)
@@ -162,48 +58,22 @@ class RedisStore:
         self.max_ttl_ms = max_ttl_ms
         #: (replicas a new job must reach before `create` returns, within this many ms): Redis `WAIT`.
         self.replicas = replicas
-        self._sha: dict[str, str] = {}
+        self.scripts = ScriptRunner(client, SCRIPTS)
         self._ttl_kept: dict[str, float] = {}
         #: One Redis (with or without Sentinel), not a Cluster: a script may touch keys of any slot.
         self.single = isinstance(client, redis.Redis)
 
     # -- script plumbing -------------------------------------------------------
-    def _load_scripts(self) -> None:
-        self._sha = {name: self.redis.script_load(body) for name, body in SCRIPTS.items()}
-
-    def _scripted(self, call: Callable[[], T]) -> T:
-        """Make `call`'s round trip, loading the scripts on first use and again after a Redis restart."""
-        with redis_errors():
-            for attempt in (1, 2):
-                if not self._sha:
-                    self._load_scripts()
-                try:
-                    return call()
-                except redis.exceptions.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    self._sha = {}
-        raise AssertionError("unreachable")
-
     def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
-        """Run `build(pipeline)` as one round trip. `in_order`: each command must take effect after the ones
-        before it, nothing after a failed one; one Redis runs a pipeline so, a Redis Cluster client is asked to
-        (see `cluster.ScriptingPipeline.execute_in_order`)."""
-        def call() -> list[Any]:
-            pipe = self.redis.pipeline(transaction=False)
-            build(pipe)
-            ordered = getattr(pipe, "execute_in_order", None) if in_order else None
-            return list(ordered() if ordered is not None else pipe.execute())
-
-        return self._scripted(call)
+        """Run `build(pipeline)` as one round trip (see `ScriptRunner.run`)."""
+        return self.scripts.run(build, in_order=in_order)
 
     def _eval(self, pipe: Any, name: str, keys: Sequence[str], *args: Any) -> None:
-        pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+        self.scripts.queue(pipe, name, keys, *args)
 
     def _job(self, name: str, job_id: str, *args: Any) -> Any:
         """One script on one job's keys: a plain command, which costs less than a pipeline of one."""
-        keys = self.keys.job_keys(job_id)
-        return self._scripted(lambda: self.redis.evalsha(self._sha[name], len(keys), *keys, *args))
+        return self.scripts.call(name, self.keys.job_keys(job_id), *args)
 
     def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
         """Renew the TTL of a hash of counters in `pipe`, at most once a minute per process.
@@ -229,7 +99,7 @@ class RedisStore:
         by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
         `push` (the enqueue, when the broker is this Redis) rides in the same round trip: with an
         idempotency key, it is pushed only if the key is this request's, so a job that lost the key is
-        never enqueued. On a single Redis all of it is one script (`scripts.SUBMIT`); a Redis Cluster, which is
+        never enqueued. On a single Redis all of it is one script (`submit.lua`); a Redis Cluster, which is
         never the broker, runs one script per slot.
         """
         rid = request_id or new_request_id()
@@ -508,7 +378,7 @@ class RedisStore:
     # -- sweeper -------------------------------------------------------------------
     def due_for_sweep(self, limit: int) -> tuple[int, list[tuple[str, str]]]:
         """(Redis's time now, up to `limit` (job id, score) entries of the sweep schedule due by then)."""
-        reply = self._scripted(lambda: self.redis.evalsha(self._sha["due"], 1, self.keys.sweep(), limit))
+        reply = self.scripts.call("due", [self.keys.sweep()], limit)
         return int(reply[0]), [(str(reply[i]), str(reply[i + 1])) for i in range(1, len(reply), 2)]
 
     def sweep_many(self, job_ids: Sequence[str], *, grace_ms: int, max_attempts: int,
@@ -532,7 +402,7 @@ class RedisStore:
         if not entries:
             return
         args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
-        self._scripted(lambda: self.redis.evalsha(self._sha["reschedule"], 1, self.keys.sweep(), *args))
+        self.scripts.call("reschedule", [self.keys.sweep()], *args)
 
     def schedule_sweep(self, job_id: str, in_ms: int) -> None:
         """Make the job due for the sweeper `in_ms` from now (Redis's now)."""
@@ -556,5 +426,5 @@ class RedisStore:
     def ping(self) -> bool:
         try:
             return bool(self.redis.ping())
-        except (*_REDIS_DOWN, redis.RedisError):
+        except (*REDIS_DOWN, redis.RedisError):
             return False

@@ -25,8 +25,8 @@ from redis.crc import key_slot
 from tasks_backend.access import limits
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
-from tasks_backend.push import subscriptions as push
 from tasks_backend.push.subscriptions import Cursor, PushStore
+from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
@@ -36,8 +36,6 @@ ALL_SCRIPTS: dict[str, str] = {
     **SCRIPTS,
     "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
     "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA, "limits.charge": limits.CHARGE_LUA,
-    "push.due": push._DUE, "push.claim": push._CLAIM, "push.release": push._RELEASE, "push.finish": push._FINISH,
-    "push.put": push._PUT,
 }
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}
@@ -89,7 +87,7 @@ def is_cluster(runtime: Runtime) -> bool:
 
 
 def one_life(runtime: Runtime) -> None:
-    """Every store, limits and push-config call with a script or a transaction in it, once."""
+    """Every store, limits, push-config and catalog call with a script or a transaction in it, once."""
     store, keys = runtime.store, runtime.store.keys
     owner, job_id = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
     fields = {"owner": owner, "op": "test.noop", "state": JobState.QUEUED.value, "ttl": "600000", "poll": "100",
@@ -147,6 +145,7 @@ def one_life(runtime: Runtime) -> None:
     assert lock is not None
     pushes.release(job_id, lock)
     pushes.delete(job_id, "c1")
+    assert publish(store.redis, keys, runtime.registry) > 0
     assert keys.owner_index(owner)  # the owner's keys were all used above
 
 

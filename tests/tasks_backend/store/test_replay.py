@@ -20,8 +20,8 @@ from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tasks_backend.store.cluster import connect_cluster
-from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.connect import connect, connect_cluster
+from tasks_backend.store.jobs import RedisStore
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
