@@ -31,8 +31,10 @@ class ScriptRunner:
 
     API, for any module with scripts of its own:
 
-    - `ScriptRunner(client, scripts)`: `scripts` maps a name to the script's full text (see
-      `store.scripts.render`); nothing is sent until the first call.
+    - `ScriptRunner(client, scripts)`: `scripts` maps a name to the script's full text: `store.scripts.SCRIPTS`,
+      or a module's own scripts each passed through `store.scripts.compose(source)` (which gives it the
+      prelude: `clock()`, `ms()`, `replayed()` and the state names). Nothing is sent until the first call.
+      A `RedisStore`'s runner is `store.scripts`, with every script of `store/scripts/` in it.
     - `call(name, keys, *args)`: one script as one command; returns its reply.
     - `run(build, in_order=False)`: one round trip: `build(pipe)` queues commands on a plain pipeline,
       scripts with `queue(pipe, name, keys, *args)`; returns the replies in order. `in_order`: each command

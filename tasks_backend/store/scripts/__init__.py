@@ -76,16 +76,17 @@ def state_names(names: Mapping[JobState, str] | None = None) -> dict[str, str]:
     return out
 
 
+def compose(source: str, names: Mapping[JobState, str] | None = None) -> str:
+    """One script as sent to Redis: the prelude, the libraries its `-- Uses:` line names, then `source`, with the
+    state names substituted. For a script kept outside this folder as well (hand the result to a `ScriptRunner`)."""
+    parts = [SOURCES[PRELUDE], *(SOURCES[f"{LIB}/{lib}.lua"] for lib in uses(source)), source]
+    return Template("\n".join(parts)).substitute(state_names(names))
+
+
 def render(names: Mapping[JobState, str] | None = None) -> dict[str, str]:
-    """Every script by name, as sent to Redis: prelude, the libraries it uses, its body; states substituted."""
-    values = state_names(names)
-    scripts: dict[str, str] = {}
-    for path, source in SOURCES.items():
-        if path == PRELUDE or path.startswith(LIB + "/"):
-            continue
-        parts = [SOURCES[PRELUDE], *(SOURCES[f"{LIB}/{lib}.lua"] for lib in uses(source)), source]
-        scripts[script_name(path)] = Template("\n".join(parts)).substitute(values)
-    return scripts
+    """Every script of this folder by name, composed (see `compose`)."""
+    return {script_name(path): compose(source, names) for path, source in SOURCES.items()
+            if path != PRELUDE and not path.startswith(LIB + "/")}
 
 
 #: Every script by name ("claim", "push.put", "catalog.publish"...), rendered.
