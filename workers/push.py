@@ -42,7 +42,8 @@ from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push.subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
 from tasks_backend.push.webhook import post_event
 from tasks_backend.store.connect import connect, through_outage
-from tasks_backend.store.jobs import Event, RedisStore
+from tasks_backend.store.feeds import Event
+from tasks_backend.store.jobs import RedisStore
 from tasks_backend.store.keys import Keys
 
 from .push_fair import Breakers, FairPool, target_of

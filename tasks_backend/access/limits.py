@@ -39,7 +39,7 @@ from ..running.dispatch import Dispatcher
 from ..running.registry import Registry
 from ..service.jobs import JobService, as_principal
 from ..store.connect import redis_errors
-from ..store.jobs import RedisStore
+from ..store.jobs import RedisStore, job_states
 from ..store.keys import Keys
 from .auth import Authenticator, Principal
 
@@ -322,10 +322,7 @@ class Limiter:
             fresh = r.zrangebyscore(index_key, f"({mark}" if mark else "-inf", "+inf", start=0, num=PRUNE_BATCH,
                                     withscores=True)
             ids = sorted(known | {member for member, _ in fresh})
-            pipe = r.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hget(self.keys.job(job_id), "state")
-            states = dict(zip(ids, pipe.execute() if ids else [], strict=True))
+            states = dict(zip(ids, job_states(r, self.keys, ids), strict=True))
             alive = [i for i in ids if states[i] is not None and states[i] not in TERMINAL_STATES]
             pipe = r.pipeline(transaction=False)
             done = [i for i in known if i not in alive]

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import InvalidParams
-from ..model.domain import JobRecord, JobState
+from ..model.domain import JobRecord
 from ..store.connect import redis_errors
-from ..store.jobs import Event, RedisStore
+from ..store.feeds import Event, event
+from ..store.jobs import RedisStore
 from .webhook import TargetRefused as TargetRefused
 from .webhook import post_event as post_event
 from .webhook import resolve_target as resolve_target
@@ -107,11 +108,6 @@ class Pending:
     def cursor(self, config_id: str) -> Cursor:
         raw = self.cursors.get(config_id)
         return Cursor.from_json(raw) if raw else Cursor()
-
-
-def _event(entry_id: str, f: dict[str, str]) -> Event:
-    return Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
-                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
 
 
 class PushStore:
@@ -206,12 +202,7 @@ class PushStore:
         before it claims anything."""
         if not job_ids:
             return {}
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in job_ids:
-                pipe.hget(self.keys.job(job_id), "owner")
-            found = pipe.execute()
-        return {j: (str(o) if o is not None else None) for j, o in zip(job_ids, found, strict=True)}
+        return dict(zip(job_ids, self.store.owners_of(job_ids), strict=True))
 
     def defer(self, job_ids: list[str], at_ms: int) -> None:
         """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then."""
@@ -258,15 +249,15 @@ class PushStore:
                 pipe.xread({k.events(job_id): min((open_cursors[i].after for i in ready), key=event_key)},
                            count=FEED_BATCH)
             pipe.exists(k.events(job_id))
-            pipe.hgetall(k.job(job_id))
+            parse_record = self.store.queue_get(pipe, job_id)
             pipe.hgetall(k.job_meta(job_id))
             replies = pipe.execute()
         feed = replies.pop(0) if ready else None
         exists, raw_job, meta = replies
         entries = [e for _stream, rows in feed or [] for e in rows]
-        record = JobRecord.from_hash(job_id, raw_job) if raw_job else None
+        record = parse_record(raw_job)
         return Pending(job_id, record, configs, cursors, ready, {str(n): str(v) for n, v in meta.items()},
-                       [_event(i, f) for i, f in entries], bool(exists), formats)
+                       [event(i, f) for i, f in entries], bool(exists), formats)
 
     def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None, *,
                claimed_at_ms: int | None = None) -> None:

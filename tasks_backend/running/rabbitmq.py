@@ -41,6 +41,7 @@ from kombu import Connection, Exchange, Queue
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable
 from ..model.domain import JobState
+from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.keys import Keys
 
@@ -169,8 +170,8 @@ class DeadLetters:
                         break
                     job_id = _job_id(message)
                     if job_id is not None:
-                        store.transition(job_id, JobState.FAILED, fields={
-                            "error": error, "msg": "Delivery limit reached.", "lease": "", "worker": ""})
+                        failed = Change.failed(error, "Delivery limit reached.")
+                        store.transition(job_id, JobState.FAILED, change=failed)
                         log.warning("job %s failed: its message was dead-lettered", job_id)
                     channel.basic_ack(message.delivery_tag)
                     taken += 1

@@ -17,6 +17,7 @@ import threading
 from ..config import Settings
 from ..errors import DispatchUnavailable, ServiceUnavailable
 from ..store.jobs import RedisStore
+from ..store.outcomes import Swept
 from .dispatch import AmqpDispatcher, Dispatcher
 from .rabbitmq import DeadLetters
 from .stats import JobStats
@@ -65,16 +66,15 @@ class Sweeper:
             abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
                                         "running it was lost each time.", "type": "WorkerLost"})
         settled: list[tuple[str, str, int | None]] = []
-        for (job_id, score), (action, when, operation) in zip(due, replies, strict=True):
-            if action == "republish" and self._orphan(job_id):
-                action = "orphan"
+        for (job_id, score), (swept, when, operation) in zip(due, replies, strict=True):
+            action = "orphan" if swept is Swept.REPUBLISH and self._orphan(job_id) else swept.value
             counts[action] = counts.get(action, 0) + 1
-            if action == "republish":
+            if action == Swept.REPUBLISH:
                 try:
                     self.dispatcher.publish(job_id, operation)
                 except DispatchUnavailable:
                     when = now + interval_ms
-            settled.append((job_id, score, when if action in ("republish", "later") else None))
+            settled.append((job_id, score, when if action in (Swept.REPUBLISH, Swept.LATER) else None))
         self.store.settle_sweep(settled)
 
     def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:

@@ -28,6 +28,7 @@ from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push.subscriptions import Cursor, PushStore
 from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
 
@@ -115,7 +116,7 @@ def one_life(runtime: Runtime) -> None:
     other = str(uuid.uuid4())
     store.create({**fields, "idem": ""}, other, owner, idem_key=None, idem_value="", ttl_ms=600_000,
                  sweep_in_ms=60_000)
-    store.transition(other, JobState.FAILED, owner=owner, fields={"error": "{}"})
+    store.transition(other, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
     store.discard(other)
     if not is_cluster(runtime):
         queue, third = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
@@ -123,7 +124,7 @@ def one_life(runtime: Runtime) -> None:
         store.create({**fields, "idem": "k2"}, third, owner, idem_key="k2", idem_value=f"{third} h",
                      ttl_ms=600_000, sweep_in_ms=60_000, push=push)
         assert store.redis.rpop(queue) == "message"
-        store.transition(third, JobState.FAILED, owner=owner, fields={"error": "{}"})
+        store.transition(third, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
