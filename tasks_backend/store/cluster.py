@@ -1,6 +1,7 @@
 """A Redis Cluster as the job store: `REDIS_URL=redis+cluster://host:port[,host:port...]`.
 
-The hosts are seed nodes; the client learns the rest of the cluster from any one of them. Every script
+The hosts are seed nodes (`connect.connect_cluster` makes the client); the client learns the rest of the cluster
+from any one of them. Every script
 touches the keys of one hash slot (see `keys`), so the store runs unchanged on a cluster. A cluster cannot
 be the Celery broker (kombu has no cluster transport): the broker is then a Redis or RabbitMQ of its own,
 and a submit publishes after the record is written (the sweeper republishes a publish that was lost).
