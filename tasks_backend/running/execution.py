@@ -175,10 +175,10 @@ class JobContext:
             return True
         if time.monotonic() - self._last_check > 0.05:
             try:
-                flag = self._store.cancel_requested(self.job_id, self._token)
+                standing = self._store.standing_of(self.job_id, self._token)
             except StoreUnavailable:
                 return False
-            self._observe(Standing.LOST if flag is None else Standing(int(flag)))
+            self._observe(standing)
         return self._keeper.cancelled.is_set() or self._keeper.lost.is_set()
 
     def check_cancelled(self) -> None:

@@ -309,16 +309,16 @@ class RedisStore(FeedReads, SweepSchedule):
             values = self.redis.hmget(self.keys.answers(job_id), list(keys))
         return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, str)}
 
-    def cancel_requested(self, job_id: str, token: int) -> bool | None:
-        """For the holder of `token`: True once its run was cancelled, False while it holds the job, None
-        when it lost the job (lapsed lease, expiry, another worker)."""
+    def standing_of(self, job_id: str, token: int) -> Standing:
+        """The standing of the holder of `token` on the job: its run was cancelled, it holds the job (carry on),
+        or it lost the job (lapsed lease, expiry, another worker). Reads only: renews nothing."""
         with redis_errors():
             state, current, cancelled = self.redis.hmget(self.keys.job(job_id), [STATE, TOKEN, CANCELLED_TOKEN])
         if state == JobState.CANCELLED and cancelled == str(token):
-            return True
+            return Standing.CANCELLED
         if state == JobState.RUNNING and current == str(token):
-            return False
-        return None
+            return Standing.CARRY_ON
+        return Standing.LOST
 
     def request_cancel(self, job_id: str, owner: str, *, request_id: str | None = None) -> Cancelled:
         """Cancel the job now: cancelled | terminal (already finished) | missing."""
