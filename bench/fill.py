@@ -15,7 +15,9 @@ from typing import Any
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime
-from tasks_backend.store.jobs import RedisStore, new_request_id
+from tasks_backend.store.fields import Change
+from tasks_backend.store.jobs import RedisStore
+from tasks_backend.store.runner import new_request_id
 
 RESULT = json.dumps({"ok": True})
 WORKER = "bench-host:1"
@@ -91,7 +93,7 @@ def finished_handles(runtime: Runtime, start: int, count: int, *, owner: Callabl
     for n in range(start, start + count):
         record, _ = service.submit(owner(n), "bench.noop", {})
         store.claim_later(record.id, lease_ms=lease_ms, max_attempts=runtime.settings.max_attempts)
-        store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": RESULT, "lease": "", "worker": ""})
+        store.transition(record.id, JobState.COMPLETED, token=1, change=Change.completed(RESULT))
         ids.append(record.id)
         if len(ids) % batch == 0:
             store.flush()

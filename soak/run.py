@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 
 from tasks_backend.errors import StoreUnavailable
-from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.connect import connect
+from tasks_backend.store.jobs import RedisStore
 from tasks_backend.store.keys import Keys
 
 from . import report

@@ -12,7 +12,7 @@ from celery import Celery, bootsteps
 from tasks_backend.config import Settings
 from tasks_backend.running.catalog import Publisher
 from tasks_backend.running.registry import JobModuleNotFound, Registry
-from tasks_backend.store.jobs import connect
+from tasks_backend.store.connect import connect
 from tasks_backend.store.keys import Keys
 
 log = logging.getLogger(__name__)

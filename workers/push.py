@@ -14,7 +14,8 @@ from celery import Celery, bootsteps
 from tasks_backend.config import Settings
 from tasks_backend.push.delivery import PushDeliverer
 from tasks_backend.push.subscriptions import PushFormat
-from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.connect import connect
+from tasks_backend.store.jobs import RedisStore
 from tasks_backend.store.keys import Keys
 
 

@@ -17,7 +17,8 @@ import redis
 from ..config import Settings
 from ..errors import QuotaExceeded
 from ..model.domain import TERMINAL_STATES
-from ..store.jobs import redis_errors
+from ..store.connect import redis_errors
+from ..store.jobs import job_states
 from ..store.keys import Keys
 from .scripts import COUNT_LUA, LimitScripts
 
@@ -62,10 +63,7 @@ class ActiveJobs:
             fresh = r.zrangebyscore(index_key, f"({mark}" if mark else "-inf", "+inf", start=0, num=PRUNE_BATCH,
                                     withscores=True)
             ids = sorted(known | {member for member, _ in fresh})
-            pipe = r.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.hget(self.keys.job(job_id), "state")
-            states = dict(zip(ids, pipe.execute() if ids else [], strict=True))
+            states = dict(zip(ids, job_states(r, self.keys, ids), strict=True))
             alive = [i for i in ids if states[i] is not None and states[i] not in TERMINAL_STATES]
             pipe = r.pipeline(transaction=False)
             done = [i for i in known if i not in alive]

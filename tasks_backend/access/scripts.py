@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from ..store.jobs import redis_errors
+from ..store.connect import redis_errors
 
 #: Counts the owner's unfinished jobs: those known unfinished at the last prune, plus every job indexed since.
 #: KEYS: unfinished set, prune mark, owner index (from the 2nd).

@@ -17,7 +17,7 @@ import redis
 
 from ..config import Settings
 from ..errors import QuotaExceeded
-from ..store.jobs import redis_errors
+from ..store.connect import redis_errors
 from ..store.keys import Keys
 from .auth import Principal
 from .scripts import STREAM_LUA, LimitScripts

@@ -183,7 +183,7 @@ def _answer(url: str, settings: Settings, deadline: float) -> str | None:
 def _ping(url: str, settings: Settings) -> None:
     from tasks_backend.config import is_cluster_url
     from tasks_backend.running.rabbitmq import is_amqp
-    from tasks_backend.store.jobs import connect
+    from tasks_backend.store.connect import connect
 
     if is_amqp(url):
         from kombu import Connection

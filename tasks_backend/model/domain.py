@@ -71,7 +71,7 @@ def rfc3339(ms: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """One job as stored. Persistence lives in the store; this is only the data."""
+    """One job as stored. Persistence lives in the store (its hash fields: `store.fields`); this is only the data."""
 
     id: str
     owner: str
@@ -107,38 +107,3 @@ class JobRecord:
     @property
     def expires_ms(self) -> int:
         return self.created_ms + self.ttl_ms
-
-    @classmethod
-    def from_hash(cls, job_id: str, raw: dict[str, str]) -> JobRecord:
-        """Build a record from the job hash (field names as written by the store's scripts)."""
-
-        def num(name: str) -> float | None:
-            value = raw.get(name)
-            return float(value) if value not in (None, "") else None
-
-        def js(name: str) -> Any:
-            value = raw.get(name)
-            return json.loads(value) if value else None
-
-        return cls(
-            id=job_id,
-            owner=raw["owner"],
-            operation=raw["op"],
-            state=JobState(raw["state"]),
-            created_ms=int(raw["created"]),
-            updated_ms=int(raw["updated"]),
-            ttl_ms=int(raw["ttl"]),
-            poll_ms=int(raw["poll"]),
-            params_json=raw.get("params") or "{}",
-            status_message=raw.get("msg") or None,
-            progress=num("done"),
-            total=num("total"),
-            result=js("result"),
-            error=js("error"),
-            input_requests=js("inreq"),
-            attempts=int(raw.get("attempts") or 0),
-            retries=int(raw.get("retries") or 0),
-            token=int(raw.get("token") or 0),
-            lease_until_ms=int(raw.get("lease") or 0),
-            idempotency_key=raw.get("idem") or None,
-        )

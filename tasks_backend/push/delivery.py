@@ -20,7 +20,9 @@ from typing import Any
 from ..config import Settings
 from ..errors import ServiceUnavailable, StoreUnavailable
 from ..model.domain import JobRecord, JobState
-from ..store.jobs import Event, RedisStore, through_outage
+from ..store.connect import through_outage
+from ..store.feeds import Event
+from ..store.jobs import RedisStore
 from .fair import Breakers, FairPool, target_of
 from .subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
 from .webhook import post_event

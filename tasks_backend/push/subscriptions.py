@@ -16,34 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis
-
 from ..errors import InvalidParams
-from ..model.domain import JobRecord, JobState
-from ..store.jobs import Event, RedisStore, redis_errors
+from ..model.domain import JobRecord
+from ..store.connect import redis_errors
+from ..store.feeds import Event, event
+from ..store.jobs import RedisStore
 from .webhook import TargetRefused as TargetRefused
 from .webhook import post_event as post_event
 from .webhook import resolve_target as resolve_target
 
 #: Subscriptions one job may hold; each one is a webhook POST per event.
 MAX_CONFIGS_PER_JOB = 10
-
-# KEYS: configs, cursors. ARGV: config id, stored subscription, cursor, expiry (ms), limit.
-# The limit is checked in the write itself: a count read before a separate write lets concurrent puts
-# all see room and all store. Replacing an id already stored never counts against it. Returns 0 when
-# full (nothing written), else 1. Applied twice, the second run finds the id stored and writes the same
-# values again.
-_PUT = r"""
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[5]) then
-  return 0
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('PEXPIREAT', KEYS[1], ARGV[4])
-redis.call('PEXPIREAT', KEYS[2], ARGV[4])
-return 1
-"""
-
 
 class PushFormat(Protocol):
     """What an adapter's subscribers receive: the adapter that stores a subscription names its format."""
@@ -100,71 +83,6 @@ def event_key(event_id: str) -> tuple[int, int]:
 
 
 # -- Redis -------------------------------------------------------------------------------------
-# ARGV: how many. The due jobs and Redis's own clock (ms), which every worker process shares.
-_DUE = r"""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))}
-"""
-
-# KEYS: lock. ARGV: token, ttl ms. Take the lock if it is free or already ours (a replay whose first
-# reply was lost must not lock its own caller out). Returns 1 when held by `token`.
-_CLAIM = r"""
-local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-
-# KEYS: lock. ARGV: token. Compare-and-delete.
-_RELEASE = r"""
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-# KEYS: job, configs, cursors, lock. ARGV: lock token, then (config id, cursor as read, new cursor)...
-# Saves each cursor that nobody changed since it was read, and only while its config exists (deleted
-# or replaced configs are left alone), gives the cursors the job's expiry, and releases the lock.
-# Returns -1 when another worker holds the lock (nothing written), 1 when a config was added, changed
-# or replaced during the pass (look again at once), else 0. Applied twice, the second run finds the
-# lock gone and every cursor already saved: it writes nothing (and asks for one more, harmless, pass).
-_FINISH = r"""
-local lock = redis.call('GET', KEYS[4])
-if lock and lock ~= ARGV[1] then return -1 end
-local h = redis.call('HMGET', KEYS[1], 'created', 'ttl')
-local changed, seen = 0, {}
-for i = 2, #ARGV, 3 do
-  local id, old, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  seen[id] = true
-  if h[1] and redis.call('HEXISTS', KEYS[2], id) == 1 then
-    local cur = redis.call('HGET', KEYS[3], id) or ''
-    if cur ~= old then
-      changed = 1
-    elseif new ~= old then
-      redis.call('HSET', KEYS[3], id, new)
-    end
-  end
-end
-for _, id in ipairs(redis.call('HKEYS', KEYS[2])) do
-  if not seen[id] then changed = 1 end
-end
-if h[1] then redis.call('PEXPIREAT', KEYS[3], tonumber(h[1]) + tonumber(h[2])) end
-if lock then redis.call('DEL', KEYS[4]) end
-return changed
-"""
-
-# KEYS: due set. ARGV: job id, and optionally the due time the pass's claim gave it. Takes a job whose
-# every config is done off the due set, unless it is due at once (score 0: a subscription stored, or a
-# config changed, after the pass read the job) or was moved since the claim (another loop put it back
-# while it was due at once: what made it due may be newer than the pass).
-_SETTLE = r"""
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) <= 0 then return 0 end
-if ARGV[2] and tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
-return redis.call('ZREM', KEYS[1], ARGV[1])
-"""
-
-
 @dataclass(frozen=True)
 class Pending:
     """What one delivery pass read of a job, in one snapshot: the feed after the oldest cursor that is
@@ -189,11 +107,6 @@ class Pending:
         return Cursor.from_json(raw) if raw else Cursor()
 
 
-def _event(entry_id: str, f: dict[str, str]) -> Event:
-    return Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
-                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
-
-
 class PushStore:
     """A job's push subscriptions, their delivery cursors, and the due set the delivery loop reads."""
 
@@ -201,12 +114,8 @@ class PushStore:
         self.store = store
         self.redis = store.redis
         self.keys = store.keys
-        self._put = self.redis.register_script(_PUT)
-        self._due = self.redis.register_script(_DUE)
-        self._claim = self.redis.register_script(_CLAIM)
-        self._release = self.redis.register_script(_RELEASE)
-        self._finish = self.redis.register_script(_FINISH)
-        self._settle = self.redis.register_script(_SETTLE)
+        #: The store's runner: the push scripts (`store/scripts/push/`) are loaded with the job scripts.
+        self.scripts = store.scripts
 
     # -- subscriptions (web side) -------------------------------------------------------
     def put(self, record: JobRecord, config: dict[str, Any], *, after: str,
@@ -230,8 +139,8 @@ class PushStore:
             # A finished job's feed gets no more entries, so its last one is the final state's.
             done = record.terminal and event_key(after) >= event_key(self.last_event_id(record.id))
             cursor = Cursor(after=after, done=done, tag=uuid.uuid4().hex[:12])
-            stored_ok = self._put(keys=[configs_key, cursors_key], args=[
-                config["id"], stored, cursor.to_json(), record.expires_ms, MAX_CONFIGS_PER_JOB])
+            stored_ok = self.scripts.call("push.put", [configs_key, cursors_key], config["id"], stored,
+                                          cursor.to_json(), record.expires_ms, MAX_CONFIGS_PER_JOB)
             if not stored_ok:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
             self._schedule(record.id, 0)
@@ -265,7 +174,7 @@ class PushStore:
     def due(self, limit: int) -> tuple[int, list[str]]:
         """(Redis's time in ms, up to `limit` jobs due by then)."""
         with redis_errors():
-            now, ids = self._due(keys=[self.keys.push_due()], args=[limit])
+            now, ids = self.scripts.call("push.due", [self.keys.push_due()], limit)
         return int(now), [str(i) for i in ids]
 
     def claim_many(self, job_ids: list[str], token: str, lease_ms: int, now_ms: int) -> list[str]:
@@ -273,19 +182,13 @@ class PushStore:
         no loop polls them while they are in flight (and a pass that dies is retried after the lease)."""
         if not job_ids:
             return []
-        def claim() -> list[Any]:
-            # By SHA in a plain pipeline: a `Script` in a pipeline costs a SCRIPT EXISTS round trip each time.
-            pipe = self.redis.pipeline(transaction=False)
+        def build(pipe: Any) -> None:
             for job_id in job_ids:
-                pipe.evalsha(self._claim.sha, 1, self.keys.push_lock(job_id), token, lease_ms)
-            return list(pipe.execute())
+                self.scripts.queue(pipe, "push.claim", [self.keys.push_lock(job_id)], token, lease_ms)
 
+        # Redis restarted: the runner loads the scripts and claims again, which is harmless.
+        outcomes = self.scripts.run(build)
         with redis_errors():
-            try:
-                outcomes = claim()
-            except redis.exceptions.NoScriptError:  # Redis restarted; claiming again is harmless
-                self.redis.script_load(_CLAIM)
-                outcomes = claim()
             won = [j for j, ok in zip(job_ids, outcomes, strict=True) if ok == 1]
             if won:
                 self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
@@ -296,12 +199,7 @@ class PushStore:
         before it claims anything."""
         if not job_ids:
             return {}
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            for job_id in job_ids:
-                pipe.hget(self.keys.job(job_id), "owner")
-            found = pipe.execute()
-        return {j: (str(o) if o is not None else None) for j, o in zip(job_ids, found, strict=True)}
+        return dict(zip(job_ids, self.store.owners_of(job_ids), strict=True))
 
     def defer(self, job_ids: list[str], at_ms: int) -> None:
         """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then."""
@@ -318,12 +216,12 @@ class PushStore:
         """A short exclusive claim on delivering one job's events, so two workers never both post."""
         token = uuid.uuid4().hex
         with redis_errors():
-            ok = self._claim(keys=[self.keys.push_lock(job_id)], args=[token, ttl_ms])
+            ok = self.scripts.call("push.claim", [self.keys.push_lock(job_id)], token, ttl_ms)
         return token if ok == 1 else None
 
     def release(self, job_id: str, token: str) -> None:
         with redis_errors():
-            self._release(keys=[self.keys.push_lock(job_id)], args=[token])
+            self.scripts.call("push.release", [self.keys.push_lock(job_id)], token)
 
     def read(self, job_id: str, now_ms: int) -> Pending:
         """The configs, cursors, feed and record of one job, as a pass at `now_ms` needs them."""
@@ -348,15 +246,15 @@ class PushStore:
                 pipe.xread({k.events(job_id): min((open_cursors[i].after for i in ready), key=event_key)},
                            count=FEED_BATCH)
             pipe.exists(k.events(job_id))
-            pipe.hgetall(k.job(job_id))
+            parse_record = self.store.queue_get(pipe, job_id)
             pipe.hgetall(k.job_meta(job_id))
             replies = pipe.execute()
         feed = replies.pop(0) if ready else None
         exists, raw_job, meta = replies
         entries = [e for _stream, rows in feed or [] for e in rows]
-        record = JobRecord.from_hash(job_id, raw_job) if raw_job else None
+        record = parse_record(raw_job)
         return Pending(job_id, record, configs, cursors, ready, {str(n): str(v) for n, v in meta.items()},
-                       [_event(i, f) for i, f in entries], bool(exists), formats)
+                       [event(i, f) for i, f in entries], bool(exists), formats)
 
     def finish(self, pending: Pending, token: str, cursors: dict[str, Cursor], next_at_ms: int | None, *,
                claimed_at_ms: int | None = None) -> None:
@@ -378,14 +276,14 @@ class PushStore:
         with redis_errors():
             if next_at_ms is not None:
                 self._schedule(pending.job_id, next_at_ms)
-            outcome = int(self._finish(keys=keys, args=args))
+            outcome = int(self.scripts.call("push.finish", keys, *args))
             if outcome == 1:
                 self._schedule(pending.job_id, 0)
             elif outcome == 0 and next_at_ms is None:
                 settle_args: list[Any] = [pending.job_id]
                 if claimed_at_ms is not None:
                     settle_args.append(claimed_at_ms)
-                self._settle(keys=[k.push_due()], args=settle_args)
+                self.scripts.call("push.settle", [k.push_due()], *settle_args)
 
     def _schedule(self, job_id: str, at_ms: int) -> None:
         pipe = self.redis.pipeline(transaction=False)

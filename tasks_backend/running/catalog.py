@@ -20,8 +20,10 @@ from typing import Any
 
 from ..errors import InvalidParams, StoreUnavailable, UnknownOperation
 from ..model.validation import params_problems
-from ..store.jobs import redis_errors
+from ..store.connect import redis_errors
 from ..store.keys import Keys
+from ..store.runner import ScriptRunner
+from ..store.scripts import SCRIPTS
 from .registry import Registry
 
 log = logging.getLogger(__name__)
@@ -33,28 +35,6 @@ REFRESH_S = 300.0
 RETRY_S = 5.0
 #: How long an application uses what it read before reading the hash again.
 CACHE_S = 5.0
-
-# KEYS[1] the catalog; ARGV[1] the TTL in ms, then (name, entry) pairs. Each value is "<publish ms> <entry>".
-# Applied twice, it gives the same catalog (with a later time).
-_PUBLISH = r"""
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[1])
-local held = redis.call('HGETALL', KEYS[1])
-for i = 1, #held, 2 do
-  local at = tonumber(string.match(held[i + 1], '^(%d+) '))
-  if at == nil or at < now - ttl then
-    redis.call('HDEL', KEYS[1], held[i])
-  end
-end
-local stamp = string.format('%d', now) .. ' '
-for i = 2, #ARGV, 2 do
-  redis.call('HSET', KEYS[1], ARGV[i], stamp .. ARGV[i + 1])
-end
-redis.call('PEXPIRE', KEYS[1], ttl)
-return (#ARGV - 1) / 2
-"""
-
 
 def entries(registry: Registry) -> dict[str, str]:
     """What a submit needs of each operation of `registry`, as JSON (the shape `GET /v1/operations` uses)."""
@@ -69,8 +49,8 @@ def publish(client: Any, keys: Keys, registry: Registry, ttl_s: float = CATALOG_
     args: list[Any] = [int(ttl_s * 1000)]
     for name, entry in entries(registry).items():
         args += [name, entry]
-    with redis_errors():
-        return int(client.register_script(_PUBLISH)(keys=[keys.operations()], args=args))
+    runner = ScriptRunner(client, {"catalog.publish": SCRIPTS["catalog.publish"]})
+    return int(runner.call("catalog.publish", [keys.operations()], *args))
 
 
 class Publisher:

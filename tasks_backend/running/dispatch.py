@@ -20,7 +20,8 @@ from celery import Celery
 
 from ..config import Settings
 from ..errors import DispatchUnavailable
-from ..store.jobs import ListPush, keepalive_options
+from ..store.connect import keepalive_options
+from ..store.jobs import ListPush
 from ..store.keys import Keys
 from ..store.sentinel import is_sentinel_url
 from . import rabbitmq as amqp

@@ -26,7 +26,11 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
-from ..store.jobs import RedisStore, new_request_id, through_outage
+from ..store.connect import through_outage
+from ..store.fields import Change
+from ..store.jobs import RedisStore
+from ..store.outcomes import Claimed, Moved, Standing, Stepped
+from ..store.runner import new_request_id
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
 from .stats import JobStats
@@ -69,10 +73,10 @@ class Lease:
         self.cancelled = threading.Event()
         self.lost = threading.Event()
 
-    def observe(self, state: int) -> None:
-        if state < 0:
+    def observe(self, state: Standing) -> None:
+        if state == Standing.LOST:
             self.lost.set()
-        elif state == 1:
+        elif state == Standing.CANCELLED:
             self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
 
 
@@ -158,7 +162,7 @@ class JobContext:
             return  # progress is advisory; the next call or the outcome will carry on
         self._observe(state)
 
-    def _observe(self, state: int) -> None:
+    def _observe(self, state: Standing) -> None:
         self._keeper.observe(state)
         self._last_check = time.monotonic()
 
@@ -171,10 +175,10 @@ class JobContext:
             return True
         if time.monotonic() - self._last_check > 0.05:
             try:
-                flag = self._store.cancel_requested(self.job_id, self._token)
+                standing = self._store.standing_of(self.job_id, self._token)
             except StoreUnavailable:
                 return False
-            self._observe(-1 if flag is None else int(flag))
+            self._observe(standing)
         return self._keeper.cancelled.is_set() or self._keeper.lost.is_set()
 
     def check_cancelled(self) -> None:
@@ -197,10 +201,10 @@ class JobContext:
         encoded = json.dumps(value)
         outcome, stored = through_outage(
             lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
-        if outcome == JobState.CANCELLED:
+        if outcome is Stepped.CANCELLED:
             self._keeper.cancelled.set()
             raise CancellationRequested()
-        if outcome == "fenced":
+        if outcome is Stepped.FENCED:
             raise LeaseLost()
         return json.loads(stored)  # type: ignore[no-any-return]
 
@@ -273,7 +277,7 @@ class Executor:
             max_attempts=self.settings.max_attempts,
             exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
                                         "the worker running it was lost each time.", "type": "WorkerLost"})
-        if outcome != "ok" or record is None:
+        if outcome is not Claimed.OK or record is None:
             return outcome
         lease = self.keeper.hold(job_id, record.token)
         with self._finished_lock:
@@ -306,9 +310,8 @@ class Executor:
         except HandedBack:
             return self._hand_back(record, token)
         except _Parked as parked:
-            return self._finish(record, token, JobState.INPUT_REQUIRED, {
-                "inreq": json.dumps(parked.requests), "msg": parked.message, "lease": "", "worker": "",
-                "attempts": "0"})
+            return self._finish(record, token, JobState.INPUT_REQUIRED,
+                                Change.parked(json.dumps(parked.requests), parked.message))
         except CancellationRequested:
             return self._cancelled(record)
         except LeaseLost:
@@ -320,9 +323,9 @@ class Executor:
                     return retried
             log.info("job %s (%s) failed: %s", record.id, record.operation, type(exc).__name__)
             error = _error(exc)
-            return self._finish(record, token, JobState.FAILED, {
-                "error": json.dumps(error), "msg": error["message"][:200], "lease": "", "worker": ""})
-        return self._finish(record, token, JobState.COMPLETED, {"result": encoded, "lease": "", "worker": ""})
+            failed = Change.failed(json.dumps(error), error["message"][:200])
+            return self._finish(record, token, JobState.FAILED, failed)
+        return self._finish(record, token, JobState.COMPLETED, Change.completed(encoded))
 
     def _retry(self, record: JobRecord, token: int, spec: JobSpec, exc: Exception) -> str | None:
         retries = record.retries
@@ -331,9 +334,9 @@ class Executor:
         delay = spec.retry_backoff_s * (2**retries)
         # The sweep entry rides with the move into `queued`: if the publish below never happens, the
         # sweeper republishes once the delay and the grace have passed.
-        outcome = self._finish(record, token, JobState.QUEUED, {
-            "retries": str(retries + 1), "attempts": "0", "lease": "", "worker": "",
-            "msg": f"Retrying in {delay:g}s after {type(exc).__name__}."},
+        retrying = Change.retrying(retries + 1, f"Retrying in {delay:g}s after {type(exc).__name__}.")
+        outcome = self._finish(
+            record, token, JobState.QUEUED, retrying,
             sweep_in_ms=int(1000 * (delay + self.settings.queued_grace_s)))
         if outcome == JobState.QUEUED:
             try:
@@ -348,9 +351,8 @@ class Executor:
         published again (the broker outlives the workers in an orderly stop). Its recorded steps and answers
         stay, so it resumes from the last one; this run is not counted as an attempt, since no worker was
         lost. Fenced by the token like every write, and replay-safe like every transition."""
-        outcome = self._finish(record, token, JobState.QUEUED, {
-            "attempts": str(max(0, record.attempts - 1)), "lease": "", "worker": "",
-            "msg": "Handed back by a stopping worker; it resumes from its last recorded step."},
+        outcome = self._finish(record, token, JobState.QUEUED, Change.handed_back(
+            max(0, record.attempts - 1), "Handed back by a stopping worker; it resumes from its last recorded step."),
             sweep_in_ms=int(1000 * self.settings.queued_grace_s))
         if outcome != JobState.QUEUED:
             return outcome
@@ -359,17 +361,17 @@ class Executor:
             self.dispatcher.publish(record.id, record.operation)
         return "handed back"  # the runner task logs it
 
-    def _finish(self, record: JobRecord, token: int, target: JobState, fields: dict[str, str],
+    def _finish(self, record: JobRecord, token: int, target: JobState, change: Change,
                 sweep_in_ms: int | None = None) -> str:
         terminal = target in TERMINAL_STATES
         # One request id across the retries below: a retry of a change that was applied answers "ok".
         request_id = new_request_id()
         outcome, _, at = through_outage(lambda: self.store.transition(
-            record.id, target, token=token, fields=fields, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
+            record.id, target, token=token, change=change, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
             request_id=request_id), self.settings.lease_s * 10)
-        if outcome == JobState.CANCELLED:
+        if outcome is Moved.CANCELLED:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
-        if outcome != "ok":
+        if outcome is not Moved.OK:
             return outcome
         self.stats.note_outcome(record, target, at)
         if terminal:

@@ -7,7 +7,7 @@ message that kills its worker before the job is claimed. Every publish waits for
 one that returns is in the queue and one that raises is left to the sweeper, as with Redis.
 
 Rule: a queued job is republished only once the messages confirmed before the sweeper's first look at it
-have left the queue (`PushTally`, `scripts.SWEEP_ONE`): a count that is off delays a republish, never repeats it.
+have left the queue (`PushTally`, `sweep_one.lua`): a count that is off delays a republish, never repeats it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from kombu import Connection, Exchange, Queue
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable
 from ..model.domain import JobState
+from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.keys import Keys
 
@@ -163,8 +164,8 @@ class DeadLetters:
                         break
                     job_id = _job_id(message)
                     if job_id is not None:
-                        store.transition(job_id, JobState.FAILED, fields={
-                            "error": error, "msg": "Delivery limit reached.", "lease": "", "worker": ""})
+                        failed = Change.failed(error, "Delivery limit reached.")
+                        store.transition(job_id, JobState.FAILED, change=failed)
                         log.warning("job %s failed: its message was dead-lettered", job_id)
                     channel.basic_ack(message.delivery_tag)
                     taken += 1

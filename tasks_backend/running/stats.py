@@ -121,11 +121,8 @@ class JobStats:
         members = [str(m) for m in self.redis.zrange(key, 0, -1)]
         if not members:
             return 0
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in members:
-            pipe.hget(self.keys.job(job_id), "state")
-        states = pipe.execute()
-        gone = [j for j, s in zip(members, states, strict=True) if s != JobState.INPUT_REQUIRED.value]
+        states = self.store.states_of(members)
+        gone = [j for j, s in zip(members, states, strict=True) if s is not JobState.INPUT_REQUIRED]
         if gone:
             self.redis.zrem(key, *gone)
         return len(members) - len(gone)

@@ -1,7 +1,7 @@
 """The sweeper: the safety net under at-least-once delivery.
 
 It republishes jobs stuck in `queued` (a publish that was lost, or a message lost in the broker's
-fetch window; not jobs whose message waits behind others, see `scripts.SWEEP_ONE`), requeues jobs whose
+fetch window; not jobs whose message waits behind others, see `sweep_one.lua`), requeues jobs whose
 worker died (lease lapsed) and fails jobs that used up their attempts. Jobs past their TTL simply
 expire in Redis; a worker still running one finds it gone at its next write and stops. Every decision
 is one Lua script on Redis's clock, so any number of sweepers may run at once, whatever their own
@@ -17,6 +17,7 @@ import threading
 from ..config import Settings
 from ..errors import DispatchUnavailable, ServiceUnavailable
 from ..store.jobs import RedisStore
+from ..store.outcomes import Swept
 from .dispatch import AmqpDispatcher, Dispatcher
 from .rabbitmq import DeadLetters
 from .stats import JobStats
@@ -65,16 +66,15 @@ class Sweeper:
             abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
                                         "running it was lost each time.", "type": "WorkerLost"})
         settled: list[tuple[str, str, int | None]] = []
-        for (job_id, score), (action, when, operation) in zip(due, replies, strict=True):
-            if action == "republish" and self._orphan(job_id):
-                action = "orphan"
+        for (job_id, score), (swept, when, operation) in zip(due, replies, strict=True):
+            action = "orphan" if swept is Swept.REPUBLISH and self._orphan(job_id) else swept.value
             counts[action] = counts.get(action, 0) + 1
-            if action == "republish":
+            if action == Swept.REPUBLISH:
                 try:
                     self.dispatcher.publish(job_id, operation)
                 except DispatchUnavailable:
                     when = now + interval_ms
-            settled.append((job_id, score, when if action in ("republish", "later") else None))
+            settled.append((job_id, score, when if action in (Swept.REPUBLISH, Swept.LATER) else None))
         self.store.settle_sweep(settled)
 
     def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:

@@ -33,7 +33,10 @@ from ..model.states import STATES_FOR_STATUS
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
-from ..store.jobs import Event, ListPush, RedisStore
+from ..store import fields as job_fields
+from ..store.feeds import Event
+from ..store.jobs import ListPush, RedisStore
+from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
 from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
 
@@ -87,21 +90,18 @@ class JobService:
         for _ in range(3):
             job_id = str(uuid.uuid4())
             # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
-            fields = {"owner": owner, "op": operation, "state": JobState.QUEUED.value, "ttl": str(ttl_ms),
-                      "poll": str(poll_ms), "params": params_json}
-            if idempotency_key is not None:
-                fields["idem"] = idempotency_key
+            new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
+                                     params_json=params_json, idempotency_key=idempotency_key)
             # When the broker is the store's Redis the enqueue rides in the same round trip as the record
             # (with a key, only if the key turns out ours: see `RedisStore.create`).
             push = self._inline_push(job_id, operation)
             created, existing = self.store.create(
-                fields, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
+                new, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
                 ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push)
             if created is None:
                 continue  # the id was taken: another one
             if existing is None:
-                fields["created"] = fields["updated"] = str(created)
-                record = JobRecord.from_hash(job_id, fields)
+                record = job_fields.created_record(job_id, new, created)
                 if push is None:
                     self._publish(record)
                 return record, SubmitOutcome.CREATED
@@ -263,9 +263,9 @@ class JobService:
         if not valid_id(job_id):
             raise JobNotFound()
         outcome = self.store.request_cancel(job_id, principal.name)
-        if outcome == "missing":
+        if outcome is Cancelled.MISSING:
             raise JobNotFound()
-        if outcome == "terminal":
+        if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
         return self.get(principal, job_id)
 
@@ -298,11 +298,11 @@ class JobService:
             # publish below, the sweeper publishes once the grace has passed.
             outcome, _ = self.store.provide_input(job_id, record.owner, answers,
                                                   sweep_in_ms=int(1000 * self.settings.queued_grace_s))
-            if outcome == "missing":
+            if outcome is Answered.MISSING:
                 raise JobNotFound()
-            if outcome == "conflict":
+            if outcome is Answered.CONFLICT:
                 raise NotWaitingForInput()
-            if outcome == JobState.QUEUED:
+            if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
                     self._publish(resumed)

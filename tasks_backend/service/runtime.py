@@ -23,7 +23,8 @@ from ..running.registry import JobModuleNotFound, Registry
 from ..running.sweeper import Sweeper
 from ..serving.drain import Drain
 from ..store.cluster import ScriptingCluster
-from ..store.jobs import RedisStore, connect
+from ..store.connect import connect
+from ..store.jobs import RedisStore
 from ..store.keys import Keys
 from ..store.sentinel import is_sentinel_url
 from .jobs import JobService

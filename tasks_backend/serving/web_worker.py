@@ -128,7 +128,7 @@ def cooperative_redis_timeouts() -> None:
     The store sets `SO_RCVTIMEO`/`SO_SNDTIMEO` on blocking sockets (cheaper than Python's timeouts); under gevent
     every socket is non-blocking and waits in the hub, where kernel timeouts never fire, so a stalled Redis would
     hang a request instead of answering 503. gevent enforces a Python-level timeout without extra system calls."""
-    from ..store import jobs as store
+    from ..store import connect as store
 
     cls = store.KernelTimeoutConnection
     if getattr(cls, "_cooperative", False):

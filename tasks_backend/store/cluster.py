@@ -1,6 +1,7 @@
 """A Redis Cluster as the job store: `REDIS_URL=redis+cluster://host:port[,host:port...]`.
 
-The hosts are seed nodes; the client learns the rest of the cluster from any one of them. Every script
+The hosts are seed nodes (`connect.connect_cluster` makes the client); the client learns the rest of the cluster
+from any one of them. Every script
 touches the keys of one hash slot (see `keys`), so the store runs unchanged on a cluster. A cluster cannot
 be the Celery broker (kombu has no cluster transport): the broker is then a Redis or RabbitMQ of its own,
 and a submit publishes after the record is written (the sweeper republishes a publish that was lost).
@@ -9,15 +10,9 @@ and a submit publishes after the record is written (the sweeper republishes a pu
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from redis.backoff import NoBackoff
 from redis.client import CaseInsensitiveDict
-from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.retry import Retry
-
-from ..config import CLUSTER_SCHEMES
-from .jobs import keepalive_options
+from redis.cluster import ClusterPipeline, RedisCluster
 
 
 class ScriptingPipeline(ClusterPipeline):
@@ -77,43 +72,3 @@ class ScriptingCluster(RedisCluster):
                 {**node.redis_connection.response_callbacks, **self.cluster_response_callbacks})
         return pipe
 
-
-def seed_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
-    """The seed nodes of a `redis+cluster://` URL, and the connection options it carries."""
-    parts = urlsplit(url)
-    if parts.scheme not in CLUSTER_SCHEMES:
-        raise ValueError(f"not a Redis Cluster URL: {parts.scheme}://")
-    credentials, _, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for host in hosts.split(","):
-        name, _, port = host.strip().rpartition(":")
-        if not name or not port.isdigit():
-            raise ValueError("a Redis Cluster URL names its seed nodes as host:port, comma-separated")
-        nodes.append(ClusterNode(name.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
-    options: dict[str, Any] = {}
-    if credentials:
-        user, _, password = credentials.partition(":")
-        options.update(username=unquote(user) or None, password=unquote(password) or None)
-    if parts.scheme.startswith("rediss"):
-        options["ssl"] = True
-    return nodes, options
-
-
-def connect_cluster(url: str, timeout_s: float, **options: Any) -> ScriptingCluster:
-    """A cluster client that fails as fast as the single-server one: a node that is down or failing over
-    turns into a 503 with Retry-After, not into a request that hangs while the cluster elects a replica.
-
-    One retry (on a fresh view of the slots) covers a redirect after a resharding or a failover that is
-    already done. `options` go to redis-py's `RedisCluster` as they are."""
-    nodes, from_url = seed_nodes(url)
-    return ScriptingCluster(
-        startup_nodes=nodes,
-        decode_responses=True,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=min(timeout_s, 1.0),
-        socket_keepalive=True,
-        socket_keepalive_options=keepalive_options(),
-        retry=Retry(NoBackoff(), 1),
-        **from_url,
-        **options,
-    )

@@ -7,7 +7,8 @@ never clash) and gives them meaning. One hash per job, expiring with the job (`c
 from __future__ import annotations
 
 from ..model.domain import JobRecord
-from .jobs import RedisStore, redis_errors
+from .connect import redis_errors
+from .jobs import RedisStore
 
 #: Longest value kept; adapters refuse longer input themselves, this only bounds what is stored.
 MAX_VALUE = 4096

@@ -1,144 +1,29 @@
-"""The only module that talks to Redis about jobs.
+"""The job store: the only module that reads or writes a job's keys in Redis.
 
-Redis errors are translated here, at the boundary, into `StoreUnavailable`; nothing above sees a
-redis-py exception. Scripts are called by SHA inside plain pipelines (redis-py's `Script` objects would
-add a `SCRIPT EXISTS` round trip to every pipeline); a missing script (Redis restarted) is reloaded once.
+Every state change is a script (`store.scripts`) run through `ScriptRunner`; Redis errors reach callers as
+`StoreUnavailable` (see `connect.redis_errors`), never as a redis-py exception.
 """
 
 from __future__ import annotations
 
-import base64
-import functools
 import json
-import os
-import socket
-import struct
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from ..config import is_cluster_url
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
-from . import sentinel as failover
+from .connect import REDIS_DOWN, redis_errors
+from .feeds import FeedReads
+from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
 from .keys import Keys
+from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
+from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
-
-T = TypeVar("T")
-
-#: How often a reader of several jobs' feeds on a Redis Cluster looks for new entries (see `events_many`).
-CLUSTER_POLL_S = 0.5
-
-# A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
-# own: the same "try again later" to callers.
-_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
-               redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
-
-
-def keepalive_options() -> dict[int, int]:
-    """TCP options that drop a connection to a Redis that died or became unreachable within seconds."""
-    wanted = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 30_000}
-    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
-
-
-class KernelTimeoutConnection(redis.Connection):
-    """A TCP connection whose reads and writes time out in the kernel (`SO_RCVTIMEO`, `SO_SNDTIMEO`).
-
-    A Python socket with a timeout polls before every send and receive: two system calls more per
-    round trip, on every request. A blocking socket with kernel timeouts fails a stalled call after
-    the same time (as a connection error, which the store turns into `StoreUnavailable`)."""
-
-    def __init__(self, *, io_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
-        self.io_timeout_s = io_timeout_s
-
-    def _connect(self) -> socket.socket:
-        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
-        seconds = int(self.io_timeout_s)
-        timeval = struct.pack("ll", seconds, int((self.io_timeout_s - seconds) * 1_000_000))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-        return sock
-
-
-def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> redis.Redis:
-    """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang.
-
-    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `sentinel`), a
-    `redis+cluster://` URL a client of the cluster (see `cluster`)."""
-    if is_cluster_url(url):
-        from .cluster import connect_cluster  # it builds on this module
-
-        return connect_cluster(url, timeout_s)  # type: ignore[return-value]  # the store uses the client untyped
-    timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
-    sentinel = failover.is_sentinel_url(url)
-    if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
-        timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
-    open_client = functools.partial(failover.connect_primary, url, service) if sentinel else functools.partial(
-        redis.Redis.from_url, url)
-    return open_client(
-        decode_responses=True,
-        socket_connect_timeout=min(timeout_s, 1.0),
-        socket_keepalive=True,
-        socket_keepalive_options=keepalive_options(),
-        health_check_interval=15,
-        retry=Retry(NoBackoff(), 1),
-        **timeouts,
-    )
-
-
-def new_request_id() -> str:
-    """An id for one request to a script (a replay carries the same one). It is only ever compared with
-    the last request that changed the same job, so 48 random bits are plenty, and every finished job
-    keeps one: short, for memory."""
-    return base64.urlsafe_b64encode(os.urandom(6)).decode()
-
-
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    try:
-        yield
-    except _REDIS_DOWN as exc:
-        raise StoreUnavailable() from exc
-
-
-def through_outage(call: Callable[[], T], tolerance_s: float, stop: threading.Event | None = None) -> T:
-    """`call`, retried while Redis is unreachable for up to `tolerance_s` (a restart, a stall, a failover), with a
-    doubling wait; raises the last `StoreUnavailable` past that, or as soon as `stop` is set. For a write whose
-    caller has no better moment to make it: what outlives the tolerance is left to leases and the sweeper."""
-    deadline = time.monotonic() + tolerance_s
-    delay = 0.05
-    while True:
-        try:
-            return call()
-        except StoreUnavailable:
-            if time.monotonic() + delay > deadline:
-                raise
-            if stop is None:
-                time.sleep(delay)
-            elif stop.wait(delay):
-                raise
-            delay = min(delay * 2, 1.0)
-
-
-@dataclass(frozen=True)
-class Event:
-    """One entry of a job's feed."""
-
-    id: str
-    state: JobState
-    updated_ms: int
-    message: str | None
-    progress: float | None
-    total: float | None
+from .sweeps import SweepSchedule
 
 
 @dataclass(frozen=True)
@@ -152,7 +37,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore:
+class RedisStore(FeedReads, SweepSchedule):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -162,48 +47,22 @@ class RedisStore:
         self.max_ttl_ms = max_ttl_ms
         #: (replicas a new job must reach before `create` returns, within this many ms): Redis `WAIT`.
         self.replicas = replicas
-        self._sha: dict[str, str] = {}
+        self.scripts = ScriptRunner(client, SCRIPTS)
         self._ttl_kept: dict[str, float] = {}
         #: One Redis (with or without Sentinel), not a Cluster: a script may touch keys of any slot.
         self.single = isinstance(client, redis.Redis)
 
     # -- script plumbing -------------------------------------------------------
-    def _load_scripts(self) -> None:
-        self._sha = {name: self.redis.script_load(body) for name, body in SCRIPTS.items()}
-
-    def _scripted(self, call: Callable[[], T]) -> T:
-        """Make `call`'s round trip, loading the scripts on first use and again after a Redis restart."""
-        with redis_errors():
-            for attempt in (1, 2):
-                if not self._sha:
-                    self._load_scripts()
-                try:
-                    return call()
-                except redis.exceptions.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    self._sha = {}
-        raise AssertionError("unreachable")
-
     def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:
-        """Run `build(pipeline)` as one round trip. `in_order`: each command must take effect after the ones
-        before it, nothing after a failed one; one Redis runs a pipeline so, a Redis Cluster client is asked to
-        (see `cluster.ScriptingPipeline.execute_in_order`)."""
-        def call() -> list[Any]:
-            pipe = self.redis.pipeline(transaction=False)
-            build(pipe)
-            ordered = getattr(pipe, "execute_in_order", None) if in_order else None
-            return list(ordered() if ordered is not None else pipe.execute())
-
-        return self._scripted(call)
+        """Run `build(pipeline)` as one round trip (see `ScriptRunner.run`)."""
+        return self.scripts.run(build, in_order=in_order)
 
     def _eval(self, pipe: Any, name: str, keys: Sequence[str], *args: Any) -> None:
-        pipe.evalsha(self._sha[name], len(keys), *keys, *args)
+        self.scripts.queue(pipe, name, keys, *args)
 
     def _job(self, name: str, job_id: str, *args: Any) -> Any:
         """One script on one job's keys: a plain command, which costs less than a pipeline of one."""
-        keys = self.keys.job_keys(job_id)
-        return self._scripted(lambda: self.redis.evalsha(self._sha[name], len(keys), *keys, *args))
+        return self.scripts.call(name, self.keys.job_keys(job_id), *args)
 
     def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
         """Renew the TTL of a hash of counters in `pipe`, at most once a minute per process.
@@ -217,7 +76,7 @@ class RedisStore:
             pipe.pexpire(key, ttl_ms)
 
     # -- create and read -------------------------------------------------------
-    def create(self, fields: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
+    def create(self, new: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
                ttl_ms: int, sweep_in_ms: int, request_id: str | None = None,
                push: ListPush | None = None) -> tuple[int | None, str | None]:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
@@ -229,12 +88,12 @@ class RedisStore:
         by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
         `push` (the enqueue, when the broker is this Redis) rides in the same round trip: with an
         idempotency key, it is pushed only if the key is this request's, so a job that lost the key is
-        never enqueued. On a single Redis all of it is one script (`scripts.SUBMIT`); a Redis Cluster, which is
+        never enqueued. On a single Redis all of it is one script (`submit.lua`); a Redis Cluster, which is
         never the broker, runs one script per slot.
         """
         rid = request_id or new_request_id()
         # The script reads the state from the first pair.
-        pairs = ["state", fields["state"], *(x for k, v in fields.items() if k != "state" for x in (k, v))]
+        pairs = [STATE, new[STATE], *(x for k, v in new.items() if k != STATE for x in (k, v))]
         job_keys = self.keys.job_keys(job_id)[:2]
         index, sweep = self.keys.owner_index(owner), self.keys.sweep()
         idem = None if idem_key is None else self.keys.idempotency(owner, idem_key)
@@ -277,7 +136,7 @@ class RedisStore:
     def get(self, job_id: str) -> JobRecord | None:
         with redis_errors():
             raw = self.redis.hgetall(self.keys.job(job_id))
-        return JobRecord.from_hash(job_id, raw) if raw else None
+        return record(job_id, raw) if raw else None
 
     def get_with_meta(self, job_id: str, field: str) -> tuple[JobRecord | None, str | None]:
         """The job and one field of its adapter metadata (see `job_meta`), in one round trip."""
@@ -286,7 +145,7 @@ class RedisStore:
             pipe.hgetall(self.keys.job(job_id))
             pipe.hget(self.keys.job_meta(job_id), field)
             raw, value = pipe.execute()
-        return (JobRecord.from_hash(job_id, raw) if raw else None), (value if isinstance(value, str) else None)
+        return (record(job_id, raw) if raw else None), (value if isinstance(value, str) else None)
 
     def get_many(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
         if not job_ids:
@@ -296,7 +155,7 @@ class RedisStore:
             for job_id in job_ids:
                 pipe.hgetall(self.keys.job(job_id))
             rows = pipe.execute()
-        return [JobRecord.from_hash(i, r) if r else None for i, r in zip(job_ids, rows, strict=True)]
+        return [record(i, r) if r else None for i, r in zip(job_ids, rows, strict=True)]
 
     def idempotency_value(self, owner: str, key: str) -> str | None:
         with redis_errors():
@@ -342,50 +201,27 @@ class RedisStore:
             with redis_errors():
                 self.redis.zrem(self.keys.owner_index(owner), *job_ids)
 
-    def events(self, job_id: str, after: str, block_ms: int) -> list[Event]:
-        return self.events_many({job_id: after}, block_ms).get(job_id, [])
+    def states_of(self, job_ids: Sequence[str]) -> list[JobState | None]:
+        """Each job's state (None: gone), in one round trip."""
+        return job_states(self.redis, self.keys, job_ids)
 
-    def events_many(self, after: Mapping[str, str], block_ms: int) -> dict[str, list[Event]]:
-        """The entries of each job's feed past its cursor (job id -> cursor), waiting up to `block_ms` for the
-        first: one XREAD over every feed, so a reader of many jobs holds one connection, not one per job.
+    def owners_of(self, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's owner (None: gone), in one round trip."""
+        return [None if o is None else str(o) for o in _field_of_many(self.redis, self.keys, job_ids, OWNER)]
 
-        On a Redis Cluster each job has a slot of its own and one XREAD names one slot: the feeds of several jobs
-        are read there without blocking, one pipeline a round, every `CLUSTER_POLL_S` until something came."""
-        job_of = {self.keys.events(job_id): job_id for job_id in after}
-        streams = {self.keys.events(job_id): cursor for job_id, cursor in after.items()}
-        with redis_errors():
-            if self.single or len(streams) == 1:
-                reply = self.redis.xread(streams, count=100, block=block_ms)
-            else:
-                reply = self._poll_feeds(streams, block_ms)
-        out: dict[str, list[Event]] = {}
-        for stream, entries in reply or []:
-            out[job_of[stream]] = [
-                Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
-                      float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
-                for entry_id, f in entries]
-        return {job_id: events for job_id, events in out.items() if events}
-
-    def _poll_feeds(self, streams: Mapping[str, str], block_ms: int) -> list[Any]:
-        deadline = time.monotonic() + block_ms / 1000
-        while True:
-            pipe = self.redis.pipeline(transaction=False)
-            for stream, cursor in streams.items():
-                pipe.xread({stream: cursor}, count=100)
-            reply = [row for rows in pipe.execute() for row in rows or []]
-            left = deadline - time.monotonic()
-            if reply or left <= 0:
-                return reply
-            time.sleep(min(CLUSTER_POLL_S, left))
+    def queue_get(self, pipe: Any, job_id: str) -> Callable[[Any], JobRecord | None]:
+        """Read the job in `pipe` (a caller's own round trip or transaction); returns the parser of its reply."""
+        pipe.hgetall(self.keys.job(job_id))
+        return lambda raw: record(job_id, raw) if raw else None
 
     # -- state changes -----------------------------------------------------------
     # Every script that changes a job takes a request id (a fresh one unless the caller passes its
     # own, to retry one request across a longer outage): a replay of the same request answers what the
     # first run did. Times are Redis's own (see `scripts`).
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
-                   fields: dict[str, str] | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
-                   request_id: str | None = None) -> tuple[str, str, int]:
-        """Move a job to `target` if the state table allows it (and the token still fences it).
+                   change: Change | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
+                   request_id: str | None = None) -> tuple[Moved, str, int]:
+        """Move a job to `target` if the state table allows it (and the token still fences it), writing `change`.
 
         Returns (outcome, state before, Redis time of the change or 0): ok | missing | fenced | cancelled
         (the owner cancelled this token's run) | illegal. A job that leaves the queue for good (finished)
@@ -393,13 +229,13 @@ class RedisStore:
         caller (workers batch it, see `unschedule_finished`). A move into `queued` must pass
         `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script."""
         args = [request_id or new_request_id(), "" if token is None else token, target.value,
-                ",".join(sources_of(target)), owner, *(x for kv in (fields or {}).items() for x in kv)]
+                ",".join(sources_of(target)), owner, *(change.pairs() if change else ())]
         if target is JobState.QUEUED and sweep_in_ms is None:
             raise ValueError("a move into queued needs its sweep entry")
         drop = unschedule and target in TERMINAL_STATES
         if not drop and sweep_in_ms is None:
             outcome, before, at = self._job("transition", job_id, *args)
-            return str(outcome), str(before), int(at)
+            return Moved(outcome), str(before), int(at)
 
         def build(p: Any) -> None:
             if sweep_in_ms is not None:
@@ -409,7 +245,7 @@ class RedisStore:
                 p.zrem(self.keys.sweep(), job_id)
 
         outcome, before, at = self._run(build, in_order=sweep_in_ms is not None)[0 if sweep_in_ms is None else 1]
-        return str(outcome), str(before), int(at)
+        return Moved(outcome), str(before), int(at)
 
     def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
         """Take finished jobs off the sweep schedule in one command; `also` adds to the round trip.
@@ -424,44 +260,44 @@ class RedisStore:
         self._run(build)
 
     def claim(self, job_id: str, *, lease_ms: int, worker: str, max_attempts: int,
-              exhausted_error: dict[str, Any], request_id: str | None = None) -> tuple[str, JobRecord | None]:
+              exhausted_error: dict[str, Any], request_id: str | None = None) -> tuple[Claimed, JobRecord | None]:
         """Take the job for this worker; on "ok" the record comes back in the same reply.
 
         The job's sweep entry (made when it was queued) is left as it is: when it comes due the sweeper
         finds the lease and looks again when it would lapse, which is how a dead worker is noticed."""
         reply = self._job("claim", job_id, request_id or new_request_id(), lease_ms, worker, max_attempts,
                           json.dumps(exhausted_error))
-        outcome = str(reply[0])
-        if outcome != "ok":
+        outcome = Claimed(reply[0])
+        if outcome is not Claimed.OK:
             return outcome, None
         read, wrote = reply[2], reply[3]
         raw = dict(zip(read[::2], read[1::2], strict=True))
         if wrote:  # a replay answers with the hash as the claim left it
-            for name in ("msg", "mark", "gone"):
+            for name in CLAIM_DROPS:
                 raw.pop(name, None)
             raw.update(zip(wrote[::2], wrote[1::2], strict=True))
-        return outcome, JobRecord.from_hash(job_id, raw)
+        return outcome, record(job_id, raw)
 
-    def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[int]:
-        """Renew several leases in one round trip: 1 cancelled, 0 carry on, -1 lost."""
+    def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[Standing]:
+        """Renew several leases in one round trip: each worker's standing on its job."""
         def build(p: Any) -> None:
             for job_id, token in leases:
                 self._eval(p, "renew", self.keys.job_keys(job_id), token, lease_ms)
 
-        return [int(x) for x in self._run(build)]
+        return [Standing(int(x)) for x in self._run(build)]
 
     def progress(self, job_id: str, token: int, *, message: str | None, done: float | None,
-                 total: float | None) -> int:
-        """Record progress: 1 cancelled, 0 carry on, -1 lost."""
+                 total: float | None) -> Standing:
+        """Record progress; returns the worker's standing on the job."""
         def text(v: float | str | None) -> str:
             return "" if v is None else str(v)
 
-        return int(self._job("progress", job_id, token, text(message), text(done), text(total)))
+        return Standing(int(self._job("progress", job_id, token, text(message), text(done), text(total))))
 
-    def record_step(self, job_id: str, token: int, name: str, value_json: str) -> tuple[str, str]:
+    def record_step(self, job_id: str, token: int, name: str, value_json: str) -> tuple[Stepped, str]:
         """Record a step's value: ok | exists (with the value recorded first) | fenced | cancelled."""
         outcome, value = self._job("step", job_id, token, name, value_json)
-        return str(outcome), str(value)
+        return Stepped(outcome), str(value)
 
     def recorded_step(self, job_id: str, name: str) -> str | None:
         with redis_errors():
@@ -473,23 +309,23 @@ class RedisStore:
             values = self.redis.hmget(self.keys.answers(job_id), list(keys))
         return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, str)}
 
-    def cancel_requested(self, job_id: str, token: int) -> bool | None:
-        """For the holder of `token`: True once its run was cancelled, False while it holds the job, None
-        when it lost the job (lapsed lease, expiry, another worker)."""
+    def standing_of(self, job_id: str, token: int) -> Standing:
+        """The standing of the holder of `token` on the job: its run was cancelled, it holds the job (carry on),
+        or it lost the job (lapsed lease, expiry, another worker). Reads only: renews nothing."""
         with redis_errors():
-            state, current, cancelled = self.redis.hmget(self.keys.job(job_id), ["state", "token", "ctok"])
+            state, current, cancelled = self.redis.hmget(self.keys.job(job_id), [STATE, TOKEN, CANCELLED_TOKEN])
         if state == JobState.CANCELLED and cancelled == str(token):
-            return True
+            return Standing.CANCELLED
         if state == JobState.RUNNING and current == str(token):
-            return False
-        return None
+            return Standing.CARRY_ON
+        return Standing.LOST
 
-    def request_cancel(self, job_id: str, owner: str, *, request_id: str | None = None) -> str:
+    def request_cancel(self, job_id: str, owner: str, *, request_id: str | None = None) -> Cancelled:
         """Cancel the job now: cancelled | terminal (already finished) | missing."""
-        return str(self._job("cancel", job_id, request_id or new_request_id(), owner))
+        return Cancelled(self._job("cancel", job_id, request_id or new_request_id(), owner))
 
     def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, sweep_in_ms: int,
-                      request_id: str | None = None) -> tuple[str, int]:
+                      request_id: str | None = None) -> tuple[Answered, int]:
         """Record answers: (queued | waiting | conflict | missing, questions still open).
 
         The job is put on the sweep schedule (due in `sweep_in_ms`) in the same round trip, before the
@@ -503,51 +339,10 @@ class RedisStore:
             self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, *pairs)
 
         outcome, still_open = self._run(build, in_order=True)[1]
-        return str(outcome), int(still_open)
-
-    # -- sweeper -------------------------------------------------------------------
-    def due_for_sweep(self, limit: int) -> tuple[int, list[tuple[str, str]]]:
-        """(Redis's time now, up to `limit` (job id, score) entries of the sweep schedule due by then)."""
-        reply = self._scripted(lambda: self.redis.evalsha(self._sha["due"], 1, self.keys.sweep(), limit))
-        return int(reply[0]), [(str(reply[i]), str(reply[i + 1])) for i in range(1, len(reply), 2)]
-
-    def sweep_many(self, job_ids: Sequence[str], *, grace_ms: int, max_attempts: int,
-                   abandoned_error: dict[str, Any], backlog: tuple[int, int] | None) -> list[tuple[str, int, str]]:
-        """Look at each job (one script each, one round trip): (action, when due next, operation) each,
-        with action republish | later | done | gone. `backlog` is (messages ever pushed to the queue,
-        messages waiting in it) for a broker that can tell, else None."""
-        error = json.dumps(abandoned_error)
-        pushed, waiting = ("", "") if backlog is None else backlog
-
-        def build(p: Any) -> None:
-            for job_id in job_ids:
-                self._eval(p, "sweep_one", self.keys.job_keys(job_id), new_request_id(), grace_ms, max_attempts,
-                           error, pushed, waiting)
-
-        return [(str(a), int(float(w)), str(o)) for a, w, o in self._run(build)] if job_ids else []
-
-    def settle_sweep(self, entries: Sequence[tuple[str, str, int | None]]) -> None:
-        """Set each (job id, score seen, next due or None to drop) entry, unless the entry was written
-        again since it was read (then the newer entry stands). One command."""
-        if not entries:
-            return
-        args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
-        self._scripted(lambda: self.redis.evalsha(self._sha["reschedule"], 1, self.keys.sweep(), *args))
-
-    def schedule_sweep(self, job_id: str, in_ms: int) -> None:
-        """Make the job due for the sweeper `in_ms` from now (Redis's now)."""
-        self._run(lambda p: self._schedule_in(p, self.keys.sweep(), [(job_id, in_ms)]))
+        return Answered(outcome), int(still_open)
 
     def _schedule_in(self, pipe: Any, key: str, entries: Sequence[tuple[str, int]]) -> None:
         self._eval(pipe, "schedule", [key], self.max_ttl_ms, *(x for job_id, ms in entries for x in (ms, job_id)))
-
-    def schedule(self, key: str, job_id: str, at_ms: int | None) -> None:
-        """Set when `job_id` is next due in the schedule `key` (None: take it off the schedule)."""
-        with redis_errors():
-            if at_ms is None:
-                self.redis.zrem(key, job_id)
-            else:
-                self.redis.zadd(key, {job_id: at_ms})
 
     def try_lock(self, name: str, ttl_ms: int) -> bool:
         with redis_errors():
@@ -556,5 +351,20 @@ class RedisStore:
     def ping(self) -> bool:
         try:
             return bool(self.redis.ping())
-        except (*_REDIS_DOWN, redis.RedisError):
+        except (*REDIS_DOWN, redis.RedisError):
             return False
+
+
+def job_states(client: Any, keys: Keys, job_ids: Sequence[str]) -> list[JobState | None]:
+    """Each job's state (None: gone), in one round trip, for a caller that holds a client but no store."""
+    return [None if s is None else JobState(s) for s in _field_of_many(client, keys, job_ids, STATE)]
+
+
+def _field_of_many(client: Any, keys: Keys, job_ids: Sequence[str], name: str) -> list[Any]:
+    if not job_ids:
+        return []
+    with redis_errors():
+        pipe = client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(keys.job(job_id), name)
+        return list(pipe.execute())

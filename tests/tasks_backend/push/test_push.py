@@ -99,7 +99,7 @@ def test_the_config_limit_is_kept_by_the_write_and_a_replayed_write_gives_the_sa
     def put(config_id: str) -> int:
         args = [config_id, json.dumps({"id": config_id}), Cursor(tag=config_id).to_json(), record.expires_ms,
                 MAX_CONFIGS_PER_JOB]
-        return int(push._put(keys=keys, args=args))
+        return int(push.scripts.call("push.put", keys, *args))
 
     assert [put(f"c{i}") for i in range(MAX_CONFIGS_PER_JOB)] == [1] * MAX_CONFIGS_PER_JOB
     last = f"c{MAX_CONFIGS_PER_JOB - 1}"

@@ -388,12 +388,16 @@ def test_a_save_that_fails_leaves_the_job_due(runtime: Runtime, monkeypatch: pyt
     push.put(record, {"id": "added", "taskId": record.id, "url": "https://8.8.8.8/h"}, after="0-0")
     delivered = {record.id: Cursor(after="9-9", done=True, tag=pending.cursor(record.id).tag)}
 
-    def unreachable(*args: Any, **kwargs: Any) -> Any:
-        raise redis.exceptions.ConnectionError("cut")
+    send = push.scripts.call
+
+    def unreachable(name: str, *args: Any) -> Any:
+        if name == "push.finish":
+            raise redis.exceptions.ConnectionError("cut")
+        return send(name, *args)
 
     # ... and the pass, done with what it read, cannot save: Redis stopped answering.
     with monkeypatch.context() as patched:
-        patched.setattr(push, "_finish", unreachable)
+        patched.setattr(push.scripts, "call", unreachable)
         with pytest.raises(StoreUnavailable):
             push.finish(pending, "mine", delivered, None)
     assert _score(runtime, record.id) is not None  # looked at again, the added subscription with it
@@ -413,15 +417,15 @@ def test_a_save_that_meets_a_brief_outage_is_made_within_the_pass(runtime: Runti
         record = _job(runtime)
         _put(runtime, record, {"url": receiver.url})
         _finished(runtime, record)
-        cuts, save = [2], deliverer.push._finish
+        cuts, send = [2], deliverer.push.scripts.call
 
-        def cut_twice(*args: Any, **kwargs: Any) -> Any:
-            if cuts[0]:
+        def cut_twice(name: str, *args: Any) -> Any:
+            if name == "push.finish" and cuts[0]:
                 cuts[0] -= 1
                 raise redis.exceptions.ConnectionError("cut")
-            return save(*args, **kwargs)
+            return send(name, *args)
 
-        monkeypatch.setattr(deliverer.push, "_finish", cut_twice)
+        monkeypatch.setattr(deliverer.push.scripts, "call", cut_twice)
         _deliver_until(deliverer, lambda: _score(runtime, record.id) is None, "the pass to be saved", timeout=20)
         assert cuts == [0] and receiver.states().count("TASK_STATE_COMPLETED") == 1
     finally:
@@ -450,7 +454,8 @@ _SKEWED_PASSES = """
 import select, sys, time
 from tasks_backend.config import Settings
 from tasks_backend.store.keys import Keys
-from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.connect import connect
+from tasks_backend.store.jobs import RedisStore
 from adapters.protocol import push_formats
 from tasks_backend.push.delivery import PushDeliverer
 settings = Settings(redis_url=sys.argv[1], key_prefix=sys.argv[2], push_allow_private=True)

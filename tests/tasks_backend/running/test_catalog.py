@@ -17,7 +17,7 @@ from tasks_backend.config import Settings
 from tasks_backend.errors import InvalidParams, UnknownOperation
 from tasks_backend.running.catalog import PublishedOperations, publish
 from tasks_backend.running.registry import Registry
-from tasks_backend.store.jobs import connect
+from tasks_backend.store.connect import connect
 from tasks_backend.store.keys import Keys
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import ROOT, settings_env, worker_process

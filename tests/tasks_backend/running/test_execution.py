@@ -12,6 +12,7 @@ import redis
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState, now_ms
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.fields import Change
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -74,12 +75,12 @@ def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> No
     assert store.progress(record.id, old, message="stale", done=1, total=2) == -1
     assert store.record_step(record.id, old, "s", "1")[0] == "fenced"
     assert store.renew_many([(record.id, old), (record.id, new)], lease_ms=60_000) == [-1, 0]
-    assert store.transition(record.id, JobState.COMPLETED, token=old, fields={"result": "1"},)[0] == "fenced"
+    assert store.transition(record.id, JobState.COMPLETED, token=old, change=Change(result_json="1"),)[0] == "fenced"
     assert svc.get(ALICE, record.id).state is JobState.RUNNING
     # a live lease also keeps a second claim away
     assert store.claim(record.id, lease_ms=1000, worker="c", max_attempts=5,
                        exhausted_error={})[0] == "busy"
-    assert store.transition(record.id, JobState.COMPLETED, token=new, fields={"result": "1"},)[0] == "ok"
+    assert store.transition(record.id, JobState.COMPLETED, token=new, change=Change(result_json="1"),)[0] == "ok"
     assert svc.get(ALICE, record.id).result == 1
 
 

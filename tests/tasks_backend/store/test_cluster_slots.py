@@ -25,9 +25,10 @@ from redis.crc import key_slot
 from tasks_backend.access import scripts as limits
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
-from tasks_backend.push import subscriptions as push
 from tasks_backend.push.subscriptions import Cursor, PushStore
+from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
 
@@ -36,8 +37,6 @@ ALL_SCRIPTS: dict[str, str] = {
     **SCRIPTS,
     "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
     "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA, "limits.charge": limits.CHARGE_LUA,
-    "push.due": push._DUE, "push.claim": push._CLAIM, "push.release": push._RELEASE, "push.finish": push._FINISH,
-    "push.put": push._PUT,
 }
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}
@@ -89,7 +88,7 @@ def is_cluster(runtime: Runtime) -> bool:
 
 
 def one_life(runtime: Runtime) -> None:
-    """Every store, limits and push-config call with a script or a transaction in it, once."""
+    """Every store, limits, push-config and catalog call with a script or a transaction in it, once."""
     store, keys = runtime.store, runtime.store.keys
     owner, job_id = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
     fields = {"owner": owner, "op": "test.noop", "state": JobState.QUEUED.value, "ttl": "600000", "poll": "100",
@@ -117,7 +116,7 @@ def one_life(runtime: Runtime) -> None:
     other = str(uuid.uuid4())
     store.create({**fields, "idem": ""}, other, owner, idem_key=None, idem_value="", ttl_ms=600_000,
                  sweep_in_ms=60_000)
-    store.transition(other, JobState.FAILED, owner=owner, fields={"error": "{}"})
+    store.transition(other, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
     store.discard(other)
     if not is_cluster(runtime):
         queue, third = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
@@ -125,7 +124,7 @@ def one_life(runtime: Runtime) -> None:
         store.create({**fields, "idem": "k2"}, third, owner, idem_key="k2", idem_value=f"{third} h",
                      ttl_ms=600_000, sweep_in_ms=60_000, push=push)
         assert store.redis.rpop(queue) == "message"
-        store.transition(third, JobState.FAILED, owner=owner, fields={"error": "{}"})
+        store.transition(third, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
@@ -147,6 +146,7 @@ def one_life(runtime: Runtime) -> None:
     assert lock is not None
     pushes.release(job_id, lock)
     pushes.delete(job_id, "c1")
+    assert publish(store.redis, keys, runtime.registry) > 0
     assert keys.owner_index(owner)  # the owner's keys were all used above
 
 

@@ -14,7 +14,7 @@ from tasks_backend.errors import JobNotFound, StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.running.dispatch import RedisDispatcher, celery_config
 from tasks_backend.service.runtime import Runtime, build_runtime, make_dispatcher
-from tasks_backend.store.jobs import connect
+from tasks_backend.store.connect import connect
 from tasks_backend.store.sentinel import parse, sentinel_url
 from tests.conftest import make_settings, wait_until
 from tests.support.sentinel import SERVICE, SentinelGroup

@@ -20,8 +20,9 @@ from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tasks_backend.store.cluster import connect_cluster
-from tasks_backend.store.jobs import RedisStore, connect
+from tasks_backend.store.connect import connect, connect_cluster
+from tasks_backend.store.fields import Change
+from tasks_backend.store.jobs import RedisStore
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -163,7 +164,7 @@ def test_claim_and_transition_applied_twice_report_their_first_outcome(runtime: 
     again = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="k")
     assert first[0] == again[0] == "ok" and first[1] is not None and again[1] is not None
     assert first[1].token == again[1].token == 1
-    done = [store.transition(record.id, JobState.COMPLETED, token=1, fields={"result": "1"}, request_id="t")
+    done = [store.transition(record.id, JobState.COMPLETED, token=1, change=Change(result_json="1"), request_id="t")
             for _ in range(2)]
     assert done[0] == done[1] and done[0][:2] == ("ok", "running")
     assert store.get(record.id).state is JobState.COMPLETED  # type: ignore[union-attr]
@@ -212,19 +213,20 @@ def test_a_completion_keeps_no_request_record_and_its_replay_still_answers_ok(ru
     record, _ = idle.submit(ALICE, "test.noop", {})
     claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
     assert claimed is not None
-    fields = {"result": "1", "lease": "", "worker": ""}
-    first = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
-    again = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields=fields, request_id="t")
+    completed = Change.completed("1")
+    first = store.transition(record.id, JobState.COMPLETED, token=claimed.token, change=completed, request_id="t")
+    again = store.transition(record.id, JobState.COMPLETED, token=claimed.token, change=completed, request_id="t")
     assert first == again and first[:2] == ("ok", "running")
     assert set(store.redis.hgetall(store.keys.job(record.id))).isdisjoint({"rq", "lease", "worker"})
     # Another token, or another outcome, is not the holder's completion.
-    assert store.transition(record.id, JobState.COMPLETED, token=claimed.token + 1, fields=fields)[0] == "fenced"
-    assert store.transition(record.id, JobState.FAILED, token=claimed.token, fields={"error": "{}"})[0] == "fenced"
+    assert store.transition(record.id, JobState.COMPLETED, token=claimed.token + 1, change=completed)[0] == "fenced"
+    failure = Change(error_json="{}")
+    assert store.transition(record.id, JobState.FAILED, token=claimed.token, change=failure)[0] == "fenced"
     # A failure keeps its record: the sweeper also fails jobs without moving the token.
     failing, _ = idle.submit(ALICE, "test.noop", {})
     token = store.claim(failing.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
     assert token is not None
-    failed = [store.transition(failing.id, JobState.FAILED, token=token.token, fields={"error": "{}"},
+    failed = [store.transition(failing.id, JobState.FAILED, token=token.token, change=Change(error_json="{}"),
                                request_id="f") for _ in range(2)]
     assert failed[0] == failed[1] and failed[0][0] == "ok"
     assert store.redis.hget(store.keys.job(failing.id), "rq") == "f running"
@@ -279,6 +281,6 @@ def test_claim_and_finish_whose_replies_were_lost_report_success(
     outcome, claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
     assert (outcome, proxy.dropped) == ("ok", 1) and claimed is not None
     proxy.armed.set()
-    finished = store.transition(record.id, JobState.COMPLETED, token=claimed.token, fields={"result": "2"})
+    finished = store.transition(record.id, JobState.COMPLETED, token=claimed.token, change=Change(result_json="2"))
     assert (finished[0], proxy.dropped) == ("ok", 2)
     assert runtime.service.get(ALICE, record.id).result == 2

@@ -1,0 +1,154 @@
+"""Connecting to Redis: one server, a Sentinel-named primary or a Cluster, with clients that fail fast.
+
+Redis errors are translated here into `StoreUnavailable` (`redis_errors`); nothing above the store sees a
+redis-py exception. `through_outage` retries a write across a short outage.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode
+from redis.retry import Retry
+
+from ..config import CLUSTER_SCHEMES, is_cluster_url
+from ..errors import StoreUnavailable
+from . import sentinel as failover
+from .cluster import ScriptingCluster
+
+T = TypeVar("T")
+
+# A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
+# own: the same "try again later" to callers.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
+              redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
+
+
+def keepalive_options() -> dict[int, int]:
+    """TCP options that drop a connection to a Redis that died or became unreachable within seconds."""
+    wanted = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 30_000}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
+class KernelTimeoutConnection(redis.Connection):
+    """A TCP connection whose reads and writes time out in the kernel (`SO_RCVTIMEO`, `SO_SNDTIMEO`).
+
+    A Python socket with a timeout polls before every send and receive: two system calls more per
+    round trip, on every request. A blocking socket with kernel timeouts fails a stalled call after
+    the same time (as a connection error, which the store turns into `StoreUnavailable`)."""
+
+    def __init__(self, *, io_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        self.io_timeout_s = io_timeout_s
+
+    def _connect(self) -> socket.socket:
+        sock: socket.socket = super()._connect()  # type: ignore[no-untyped-call]
+        seconds = int(self.io_timeout_s)
+        timeval = struct.pack("ll", seconds, int((self.io_timeout_s - seconds) * 1_000_000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+        return sock
+
+
+def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> redis.Redis:
+    """A client that fails fast: callers turn a dead or stalled Redis into a 503, never into a hang.
+
+    A `sentinel://` URL gives a client of the primary that Sentinel names `service` (see `sentinel`), a
+    `redis+cluster://` URL a client of the cluster (see `connect_cluster`)."""
+    if is_cluster_url(url):
+        return connect_cluster(url, timeout_s)  # type: ignore[return-value]  # the store uses the client untyped
+    timeouts: dict[str, Any] = {"socket_timeout": timeout_s}
+    sentinel = failover.is_sentinel_url(url)
+    if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
+        timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
+    open_client = functools.partial(failover.connect_primary, url, service) if sentinel else functools.partial(
+        redis.Redis.from_url, url)
+    return open_client(
+        decode_responses=True,
+        socket_connect_timeout=min(timeout_s, 1.0),
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive_options(),
+        health_check_interval=15,
+        retry=Retry(NoBackoff(), 1),
+        **timeouts,
+    )
+
+
+def seed_nodes(url: str) -> tuple[list[ClusterNode], dict[str, Any]]:
+    """The seed nodes of a `redis+cluster://` URL, and the connection options it carries."""
+    parts = urlsplit(url)
+    if parts.scheme not in CLUSTER_SCHEMES:
+        raise ValueError(f"not a Redis Cluster URL: {parts.scheme}://")
+    credentials, _, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for host in hosts.split(","):
+        name, _, port = host.strip().rpartition(":")
+        if not name or not port.isdigit():
+            raise ValueError("a Redis Cluster URL names its seed nodes as host:port, comma-separated")
+        nodes.append(ClusterNode(name.strip("[]"), int(port)))  # type: ignore[no-untyped-call]
+    options: dict[str, Any] = {}
+    if credentials:
+        user, _, password = credentials.partition(":")
+        options.update(username=unquote(user) or None, password=unquote(password) or None)
+    if parts.scheme.startswith("rediss"):
+        options["ssl"] = True
+    return nodes, options
+
+
+def connect_cluster(url: str, timeout_s: float, **options: Any) -> ScriptingCluster:
+    """A cluster client that fails as fast as the single-server one: a node that is down or failing over
+    turns into a 503 with Retry-After, not into a request that hangs while the cluster elects a replica.
+
+    One retry (on a fresh view of the slots) covers a redirect after a resharding or a failover that is
+    already done. `options` go to redis-py's `RedisCluster` as they are."""
+    nodes, from_url = seed_nodes(url)
+    return ScriptingCluster(
+        startup_nodes=nodes,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=min(timeout_s, 1.0),
+        socket_keepalive=True,
+        socket_keepalive_options=keepalive_options(),
+        retry=Retry(NoBackoff(), 1),
+        **from_url,
+        **options,
+    )
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    """Turn Redis being down or unreachable into `StoreUnavailable`."""
+    try:
+        yield
+    except REDIS_DOWN as exc:
+        raise StoreUnavailable() from exc
+
+
+def through_outage(call: Callable[[], T], tolerance_s: float, stop: threading.Event | None = None) -> T:
+    """`call`, retried while Redis is unreachable for up to `tolerance_s` (a restart, a stall, a failover), with a
+    doubling wait; raises the last `StoreUnavailable` past that, or as soon as `stop` is set. For a write whose
+    caller has no better moment to make it: what outlives the tolerance is left to leases and the sweeper."""
+    deadline = time.monotonic() + tolerance_s
+    delay = 0.05
+    while True:
+        try:
+            return call()
+        except StoreUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            if stop is None:
+                time.sleep(delay)
+            elif stop.wait(delay):
+                raise
+            delay = min(delay * 2, 1.0)

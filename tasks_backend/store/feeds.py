@@ -1,0 +1,79 @@
+"""A job's feed (a Redis stream of its public states): its entries, and reading them for one job or many.
+
+Rule: part of the job store (`RedisStore` reads feeds through `FeedReads`); the feed's entry fields are
+named only here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model.domain import JobState
+from .connect import redis_errors
+from .keys import Keys
+
+#: How often a reader of several jobs' feeds on a Redis Cluster looks for new entries (see `events_many`).
+CLUSTER_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of a job's feed."""
+
+    id: str
+    state: JobState
+    updated_ms: int
+    message: str | None
+    progress: float | None
+    total: float | None
+
+
+def event(entry_id: str, f: Mapping[str, str]) -> Event:
+    """A feed entry as the scripts write it: `s` state, `u` updated, `m` message, `d` done, `t` total."""
+    return Event(entry_id, JobState(f["s"]), int(f["u"]), f.get("m"),
+                 float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
+
+
+class FeedReads:
+    """The feed reads of the job store."""
+
+    redis: Any
+    keys: Keys
+    #: One Redis, not a Cluster: one XREAD may name feeds of any slot.
+    single: bool
+
+    def events(self, job_id: str, after: str, block_ms: int) -> list[Event]:
+        return self.events_many({job_id: after}, block_ms).get(job_id, [])
+
+    def events_many(self, after: Mapping[str, str], block_ms: int) -> dict[str, list[Event]]:
+        """The entries of each job's feed past its cursor (job id -> cursor), waiting up to `block_ms` for the
+        first: one XREAD over every feed, so a reader of many jobs holds one connection, not one per job.
+
+        On a Redis Cluster each job has a slot of its own and one XREAD names one slot: the feeds of several jobs
+        are read there without blocking, one pipeline a round, every `CLUSTER_POLL_S` until something came."""
+        job_of = {self.keys.events(job_id): job_id for job_id in after}
+        streams = {self.keys.events(job_id): cursor for job_id, cursor in after.items()}
+        with redis_errors():
+            if self.single or len(streams) == 1:
+                reply = self.redis.xread(streams, count=100, block=block_ms)
+            else:
+                reply = self._poll_feeds(streams, block_ms)
+        out: dict[str, list[Event]] = {}
+        for stream, entries in reply or []:
+            out[job_of[stream]] = [event(entry_id, f) for entry_id, f in entries]
+        return {job_id: events for job_id, events in out.items() if events}
+
+    def _poll_feeds(self, streams: Mapping[str, str], block_ms: int) -> list[Any]:
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream, cursor in streams.items():
+                pipe.xread({stream: cursor}, count=100)
+            reply = [row for rows in pipe.execute() for row in rows or []]
+            left = deadline - time.monotonic()
+            if reply or left <= 0:
+                return reply
+            time.sleep(min(CLUSTER_POLL_S, left))

@@ -1,0 +1,159 @@
+"""Every field of a job hash: its name in Redis, what it means, and who writes it.
+
+Rule: Python names a job-hash field only here (the Lua scripts under `scripts/` name them in Redis). A name
+never changes: a running job's hash outlives an upgrade.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model.domain import JobRecord, JobState
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    meaning: str
+    #: The scripts (under `scripts/`) or store operations that write it.
+    writer: str
+
+
+#: Every field a job hash may hold.
+FIELDS: tuple[Field, ...] = (
+    Field("owner", "the principal that submitted the job", "submit, create"),
+    Field("op", "the operation's name", "submit, create"),
+    Field("state", "the job's state (a `JobState` value)", "every script that changes a job"),
+    Field("created", "createdAt, Redis ms", "submit, create"),
+    Field("updated", "the time of the last change, Redis ms", "every script that changes a job"),
+    Field("ttl", "how long the job and its keys live, ms from `created`", "submit, create"),
+    Field("poll", "the poll interval offered to clients, ms", "submit, create"),
+    Field("params", "the job's parameters, canonical JSON", "submit, create"),
+    Field("idem", "the idempotency key it was submitted with", "submit, create"),
+    Field("msg", "the status message", "progress, transition, cancel, input, sweep_one; claim drops it"),
+    Field("done", "progress so far", "progress, transition"),
+    Field("total", "the progress total", "progress, transition"),
+    Field("result", "the job's result, JSON", "transition (completed)"),
+    Field("error", "the job's error, JSON", "transition (failed), claim (exhausted), sweep_one (abandoned)"),
+    Field("inreq", "the open input requests, JSON", "transition (input_required), input; cancel drops it"),
+    Field("attempts", "runs started since the last park, retry or hand-back", "claim, transition"),
+    Field("retries", "retries made after a retryable error", "transition (queued for a retry)"),
+    Field("token", "the fencing token of the current run", "claim, cancel"),
+    Field("lease", "until when the current run holds the job, Redis ms", "claim, renew; dropped on every move"),
+    Field("worker", "the worker holding the current run", "claim; dropped on every move"),
+    Field("rq", "the last request id that changed the job and its reply ('<id> <reply>'): a replay answers it",
+          "create, transition, claim, cancel, input, sweep_one"),
+    Field("ctok", "the token of a run the owner cancelled (that run sees `cancelled`, not `lost`)", "cancel"),
+    Field("ckpt", "'1' once the job recorded a step or an answer (there is something to delete at the end)",
+          "step, input"),
+    Field("mark", "the queue's push count when the sweeper first looked at the queued job",
+          "sweep_one; claim drops it"),
+    Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
+    Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
+)
+
+#: Field names by name, to look one up.
+BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
+
+OWNER, STATE, TOKEN, CANCELLED_TOKEN, LEASE, WORKER = "owner", "state", "token", "ctok", "lease", "worker"
+#: What a claim drops of the hash it read: the last run's message and the sweeper's marks of the last queueing.
+CLAIM_DROPS = ("msg", "mark", "gone")
+
+
+def created_record(job_id: str, new: Mapping[str, str], created_ms: int) -> JobRecord:
+    """The record of a job just written from `new` (see `new_job`), created at `created_ms`."""
+    return record(job_id, {**new, "created": str(created_ms), "updated": str(created_ms)})
+
+
+def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_json: str,
+            idempotency_key: str | None) -> dict[str, str]:
+    """The fields a submit writes (state first: the scripts read it from the first pair). `created` and
+    `updated` are Redis's time, set by the script."""
+    fields = {STATE: JobState.QUEUED.value, OWNER: owner, "op": operation, "ttl": str(ttl_ms),
+              "poll": str(poll_ms), "params": params_json}
+    if idempotency_key is not None:
+        fields["idem"] = idempotency_key
+    return fields
+
+
+def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
+    """The record a job hash holds."""
+
+    def num(name: str) -> float | None:
+        value = raw.get(name)
+        return float(value) if value not in (None, "") else None
+
+    def js(name: str) -> Any:
+        value = raw.get(name)
+        return json.loads(value) if value else None
+
+    return JobRecord(
+        id=job_id,
+        owner=raw[OWNER],
+        operation=raw["op"],
+        state=JobState(raw[STATE]),
+        created_ms=int(raw["created"]),
+        updated_ms=int(raw["updated"]),
+        ttl_ms=int(raw["ttl"]),
+        poll_ms=int(raw["poll"]),
+        params_json=raw.get("params") or "{}",
+        status_message=raw.get("msg") or None,
+        progress=num("done"),
+        total=num("total"),
+        result=js("result"),
+        error=js("error"),
+        input_requests=js("inreq"),
+        attempts=int(raw.get("attempts") or 0),
+        retries=int(raw.get("retries") or 0),
+        token=int(raw.get(TOKEN) or 0),
+        lease_until_ms=int(raw.get(LEASE) or 0),
+        idempotency_key=raw.get("idem") or None,
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a move of a job writes besides its state (None: leaves the field as it is). A run that ends, parks
+    or goes back to the queue gives up its lease and worker (`release`)."""
+
+    message: str | None = None
+    result_json: str | None = None
+    error_json: str | None = None
+    input_requests_json: str | None = None
+    attempts: int | None = None
+    retries: int | None = None
+    release: bool = False
+
+    @classmethod
+    def completed(cls, result_json: str) -> Change:
+        return cls(result_json=result_json, release=True)
+
+    @classmethod
+    def failed(cls, error_json: str, message: str) -> Change:
+        return cls(error_json=error_json, message=message, release=True)
+
+    @classmethod
+    def parked(cls, input_requests_json: str, message: str) -> Change:
+        """Waiting for input: the run ends, and the next one starts counting attempts afresh."""
+        return cls(input_requests_json=input_requests_json, message=message, attempts=0, release=True)
+
+    @classmethod
+    def retrying(cls, retries: int, message: str) -> Change:
+        return cls(retries=retries, attempts=0, message=message, release=True)
+
+    @classmethod
+    def handed_back(cls, attempts: int, message: str) -> Change:
+        return cls(attempts=attempts, message=message, release=True)
+
+    def pairs(self) -> list[str]:
+        """The name/value pairs the transition script writes ('' deletes a field)."""
+        fields = {"msg": self.message, "result": self.result_json, "error": self.error_json,
+                  "inreq": self.input_requests_json,
+                  "attempts": None if self.attempts is None else str(self.attempts),
+                  "retries": None if self.retries is None else str(self.retries)}
+        if self.release:
+            fields.update({LEASE: "", WORKER: ""})
+        return [x for name, value in fields.items() if value is not None for x in (name, value)]

@@ -1,0 +1,20 @@
+-- KEYS: 1 the job hash, 2 its feed.
+-- ARGV: from index `at`: request id, ttl ms, then the new record's name/value pairs (state first) to the end.
+-- Sets `created` and `updated` from Redis's clock (`t`: a TIME reply, or nil) and returns that time (the replay of
+-- its own request returns the same); false if another request made the job.
+
+local function create_job(at, t)
+  local rid = ARGV[at]
+  local prev = redis.call('HMGET', KEYS[1], 'rq', 'created')
+  if prev[2] then
+    if replayed(prev[1], rid) then return prev[2] end
+    return false
+  end
+  local now = ms(clock(t))
+  redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', rid .. ' ', unpack(ARGV, at + 2))
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', 's', ARGV[at + 3], 'u', now)
+  local exp = tonumber(now) + tonumber(ARGV[at + 1])
+  redis.call('PEXPIREAT', KEYS[1], exp)
+  redis.call('PEXPIREAT', KEYS[2], exp)
+  return now
+end

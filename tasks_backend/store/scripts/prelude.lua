@@ -1,0 +1,30 @@
+-- KEYS: none of its own (a function that touches a key takes it from its caller's KEYS).
+-- ARGV: none of its own.
+-- The start of every script: Redis's clock, integers as Redis stores them, and the replay record of a request.
+-- State names are written as placeholders (a dollar sign and the state's Python name, or TERMINAL, CANCELLABLE,
+-- CLAIMABLE for sets) in every script, and rendered from the state table (see `scripts.state_names`).
+
+-- Redis's time in ms; `t` a TIME reply already read in this script, if any. `fine`: keep the microseconds, as a
+-- fraction of a ms (an owner index orders one client's quick submissions in the order made).
+local function clock(t, fine)
+  t = t or redis.call('TIME')
+  local us = tonumber(t[2])
+  if fine then return tonumber(t[1]) * 1000 + us / 1000 end
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000)
+end
+
+-- Integers as Redis stores them (tostring would print large numbers in exponent form).
+local function ms(x)
+  return string.format('%d', x)
+end
+
+local function in_csv(value, csv)
+  return string.find(',' .. csv .. ',', ',' .. value .. ',', 1, true) ~= nil
+end
+
+-- The reply remembered for request `rid` in `rq` ('<request id> <reply>'), or nil for another request.
+local function replayed(rq, rid)
+  if not rq or rid == '' then return nil end
+  if string.sub(rq, 1, #rid + 1) == rid .. ' ' then return string.sub(rq, #rid + 2) end
+  return nil
+end
