@@ -20,7 +20,7 @@ from ..model.domain import TERMINAL_STATES
 from ..store.connect import redis_errors
 from ..store.jobs import job_states
 from ..store.keys import Keys
-from .scripts import COUNT_LUA, LimitScripts
+from ..store.runner import ScriptRunner
 
 #: Jobs a prune reads past its mark at once (a first prune of a principal with a long history takes several).
 PRUNE_BATCH = 5000
@@ -32,7 +32,7 @@ def active_keys(keys: Keys, owner: str) -> list[str]:
 
 
 class ActiveJobs:
-    def __init__(self, client: redis.Redis, scripts: LimitScripts, keys: Keys, settings: Settings) -> None:
+    def __init__(self, client: redis.Redis, scripts: ScriptRunner, keys: Keys, settings: Settings) -> None:
         self.client, self.scripts, self.keys, self.settings = client, scripts, keys, settings
 
     def check(self, owner: str, counted: int | None = None) -> int | None:
@@ -43,8 +43,9 @@ class ActiveJobs:
         limit = self.settings.max_active_jobs
         if limit <= 0:
             return None
-        # Without an admission (the in-process API), one read.
-        count = counted if counted is not None else int(self.scripts.eval(COUNT_LUA, active_keys(self.keys, owner)))
+        count = counted
+        if count is None:  # without an admission (the in-process API), one read
+            count = int(self.scripts.call("limits.count", active_keys(self.keys, owner)))
         if count >= limit:
             count = self.prune(owner)
         if count >= limit:

@@ -1,5 +1,6 @@
 """The limits per principal, kept in Redis so that they hold across web processes and hosts: each kind in a module
-of its own (`rate`, `active`, `streams`, with their scripts in `scripts`), and `Limiter`, which holds them all.
+of its own (`rate`, `active`, `streams`; their scripts are `store/scripts/limits/`), and `Limiter`, which holds
+them all.
 
 `Limiter` is the `Limits` policy the runtime hands the job service (params size and the ceiling on a requested TTL
 are checked there, without Redis) and what the entrances admit requests and open streams through.
@@ -17,10 +18,11 @@ import redis
 from ..config import Settings
 from ..errors import PayloadTooLarge, StoreUnavailable
 from ..store.keys import Keys
+from ..store.runner import ScriptRunner
+from ..store.scripts import SCRIPTS
 from .active import ActiveJobs
 from .auth import Principal
 from .rate import RateLimiter
-from .scripts import LimitScripts
 from .streams import Held, Streams, StreamSlot
 
 T = TypeVar("T")
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 JOBS_PER_REQUEST = 20
 #: What a listing reads for the price of the request itself: one full page.
 FREE_SCAN = 200
+#: The limits' scripts (`store/scripts/limits/`), by name: "limits.rate", "limits.stream"...
+LIMIT_SCRIPTS = {name: body for name, body in SCRIPTS.items() if name.startswith("limits.")}
 
 
 class Limiter:
@@ -39,7 +43,8 @@ class Limiter:
 
     def __init__(self, client: redis.Redis, keys: Keys, settings: Settings) -> None:
         self.client, self.keys, self.settings = client, keys, settings
-        self.scripts = LimitScripts(client)
+        #: The runner the limits' scripts go through (the limits send their plain commands through `client`).
+        self.scripts = ScriptRunner(client, LIMIT_SCRIPTS)
         self.rate = RateLimiter(self.scripts, keys, settings)
         self.active = ActiveJobs(client, self.scripts, keys, settings)
         self.streams = Streams(client, self.scripts, keys, settings)

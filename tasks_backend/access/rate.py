@@ -16,13 +16,14 @@ import threading
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from ..config import Settings
 from ..errors import RateLimited
 from ..store.keys import Keys
+from ..store.runner import ScriptRunner
 from .active import active_keys
 from .auth import Principal
-from .scripts import AUTH_FAIL_LUA, CHARGE_LUA, RATE_LUA, LimitScripts
 
 #: How long requests granted in a batch may be used: past it the next request asks Redis again.
 GRANT_S = 1.0
@@ -47,7 +48,7 @@ _admitted: ContextVar[tuple[RateLimiter, str, Grant] | None] = ContextVar("tasks
 
 
 class RateLimiter:
-    def __init__(self, scripts: LimitScripts, keys: Keys, settings: Settings) -> None:
+    def __init__(self, scripts: ScriptRunner, keys: Keys, settings: Settings) -> None:
         self.scripts, self.keys, self.settings = scripts, keys, settings
         s = settings
         #: The `RateLimit-Policy` header of a refusal.
@@ -82,12 +83,16 @@ class RateLimiter:
         blocked_ms = 0
         if check_address:
             failures_key = self.keys.auth_failures(address or "")
-            (answer, active, now_ms), (count, ends) = self.scripts.eval_with(
-                RATE_LUA, rate_keys, rate_args, lambda p: p.hmget(failures_key, ["c", "e"]))
+
+            def build(pipe: Any) -> None:
+                self.scripts.queue(pipe, "limits.rate", rate_keys, *rate_args)
+                pipe.hmget(failures_key, ["c", "e"])
+
+            (answer, active, now_ms), (count, ends) = self.scripts.run(build)
             if int(count or 0) >= s.auth_failure_limit:
                 blocked_ms = max(0, int(ends or 0) - int(now_ms))
         else:
-            answer, active, _ = self.scripts.eval(RATE_LUA, rate_keys, *rate_args)
+            answer, active, _ = self.scripts.call("limits.rate", rate_keys, *rate_args)
         granted = int(answer.split(" ", 1)[0]) if answer else self._batch
         grant = Grant(left=granted - 1, until=now + GRANT_S, active=int(active))
         _admitted.set((self, owner, grant))
@@ -119,7 +124,7 @@ class RateLimiter:
     def charge(self, owner: str, requests: int) -> None:
         """Count `requests` more of `owner`'s, taken even past the rate limit: its next requests wait it off."""
         if requests > 0 and self.settings.rate_limit > 0:
-            self.scripts.eval(CHARGE_LUA, [self.keys.rate(owner)], self.settings.rate_limit, self._window_us,
+            self.scripts.call("limits.charge", [self.keys.rate(owner)], self.settings.rate_limit, self._window_us,
                               secrets.token_hex(8), requests)
             with self._lock:  # batches granted before the charge must not outlive it
                 for key in [k for k in self._grants if k[0] == owner]:
@@ -132,7 +137,7 @@ class RateLimiter:
             return
         key, window_ms, nonce = self.keys.auth_failures(address), int(s.auth_failure_window_s * 1000), \
             secrets.token_hex(8)
-        count, left_ms = self.scripts.eval(AUTH_FAIL_LUA, [key], window_ms, nonce)
+        count, left_ms = self.scripts.call("limits.auth_fail", [key], window_ms, nonce)
         if int(count) > s.auth_failure_limit:
             raise RateLimited("Too many failed authentications from this address; retry later.",
                               retry_after_s=math.ceil(max(int(left_ms), 1000) / 1000))

@@ -19,14 +19,14 @@ from ..config import Settings
 from ..errors import QuotaExceeded
 from ..store.connect import redis_errors
 from ..store.keys import Keys
+from ..store.runner import ScriptRunner
 from .auth import Principal
-from .scripts import STREAM_LUA, LimitScripts
 
 T = TypeVar("T")
 
 
 class Streams:
-    def __init__(self, client: redis.Redis, scripts: LimitScripts, keys: Keys, settings: Settings) -> None:
+    def __init__(self, client: redis.Redis, scripts: ScriptRunner, keys: Keys, settings: Settings) -> None:
         self.client, self.scripts, self.keys, self.settings = client, scripts, keys, settings
 
     def open(self, principal: Principal, lease_s: float | None = None) -> StreamSlot:
@@ -53,8 +53,8 @@ class StreamSlot:
         limit = self.streams.settings.max_streams
         if limit <= 0 or (not first and time.monotonic() < self.renew_at):
             return
-        held, wait_ms = self.streams.scripts.eval(STREAM_LUA, [self.key], limit if first else 2**31, self.lease_ms,
-                                                  self.id)
+        held, wait_ms = self.streams.scripts.call("limits.stream", [self.key], limit if first else 2**31,
+                                                  self.lease_ms, self.id)
         self.renew_at = time.monotonic() + self.lease_ms / 2000
         if not int(held):
             self.open = False

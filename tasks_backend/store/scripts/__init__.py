@@ -4,8 +4,8 @@ Each file opens with a comment naming the KEYS and ARGV it takes. A script runs 
 `lib/` files its `-- Uses:` line names, then its own body; state names (`$RUNNING`) and sets of states
 (`$TERMINAL`, `$CANCELLABLE`, `$CLAIMABLE`) are rendered from `model.domain`'s state table, so which state
 may follow which is decided there only. A job script touches one job's keys (one hash tag); the others one
-key or the keys of one job: every script runs in one Redis Cluster slot. Redis is the one clock (`clock()`),
-and a script applied twice gives the same outcome (see `store.runner`).
+key, or one job's or one owner's (`limits/`): every script runs in one Redis Cluster slot. Redis is the one
+clock (`clock()`, `clock_us()`), and a script applied twice gives the same outcome (see `store.runner`).
 
 Rule: a script touches only the keys it is given (KEYS), and names no state itself.
 """

@@ -13,6 +13,12 @@ local function clock(t, fine)
   return tonumber(t[1]) * 1000 + math.floor(us / 1000)
 end
 
+-- Redis's time in microseconds (the rate limits count in them); `t` as for clock().
+local function clock_us(t)
+  t = t or redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Integers as Redis stores them (tostring would print large numbers in exponent form).
 local function ms(x)
   return string.format('%d', x)

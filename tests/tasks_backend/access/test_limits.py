@@ -15,7 +15,6 @@ from werkzeug.serving import make_server
 
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
-from tasks_backend.access.scripts import AUTH_FAIL_LUA, CHARGE_LUA, RATE_LUA, STREAM_LUA
 from tasks_backend.config import Settings
 from tasks_backend.errors import QuotaExceeded, RateLimited
 from tasks_backend.service.runtime import build_runtime
@@ -213,28 +212,28 @@ def test_limit_scripts_give_the_same_outcome_when_applied_twice(redis_base: str)
     runtime = build_runtime(make_settings(redis_base))
     limiter, keys = runtime.limits(), runtime.store.keys
     rate_keys = [keys.rate("carol"), keys.active_jobs("carol"), keys.active_mark("carol"), keys.owner_index("carol")]
-    first = limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
-    again = limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-1", 1)
+    first = limiter.scripts.call("limits.rate", rate_keys, 3, 60_000_000, "nonce-1", 1)
+    again = limiter.scripts.call("limits.rate", rate_keys, 3, 60_000_000, "nonce-1", 1)
     assert first[:2] == again[:2] and first[0].split()[:2] == ["1", "2"]
-    assert limiter.scripts.eval(RATE_LUA, rate_keys, 3, 60_000_000, "nonce-2", 1)[0].split()[:2] == ["1", "1"]
+    assert limiter.scripts.call("limits.rate", rate_keys, 3, 60_000_000, "nonce-2", 1)[0].split()[:2] == ["1", "1"]
 
     fail_key = [keys.auth_failures("198.51.100.7")]
-    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
-    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-1")[0] == 1
-    assert limiter.scripts.eval(AUTH_FAIL_LUA, fail_key, 60_000, "f-2")[0] == 2
+    assert limiter.scripts.call("limits.auth_fail", fail_key, 60_000, "f-1")[0] == 1
+    assert limiter.scripts.call("limits.auth_fail", fail_key, 60_000, "f-1")[0] == 1
+    assert limiter.scripts.call("limits.auth_fail", fail_key, 60_000, "f-2")[0] == 2
 
     stream_key = [keys.streams("carol")]
-    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]
-    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
-    assert limiter.scripts.eval(STREAM_LUA, stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
+    assert limiter.scripts.call("limits.stream", stream_key, 1, 60_000, "s-1") == [1, 0]
+    assert limiter.scripts.call("limits.stream", stream_key, 1, 60_000, "s-1") == [1, 0]  # the same slot, renewed
+    assert limiter.scripts.call("limits.stream", stream_key, 1, 60_000, "s-2")[0] == 0  # a second one is over the limit
 
     # A charge of 2 of a limit of 3 (1 used above, and 1 more): applied twice, the principal still has room for none
     # but not for less than none.
     charge_key = [keys.rate("dave")]
-    assert limiter.scripts.eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 1
-    assert limiter.scripts.eval(CHARGE_LUA, charge_key, 3, 60_000_000, "c-1", 2) == 0
+    assert limiter.scripts.call("limits.charge", charge_key, 3, 60_000_000, "c-1", 2) == 1
+    assert limiter.scripts.call("limits.charge", charge_key, 3, 60_000_000, "c-1", 2) == 0
     dave = [keys.rate("dave"), keys.active_jobs("dave"), keys.active_mark("dave"), keys.owner_index("dave")]
-    assert limiter.scripts.eval(RATE_LUA, dave, 3, 60_000_000, "r-1", 1)[0].split()[:2] == ["1", "0"]
+    assert limiter.scripts.call("limits.rate", dave, 3, 60_000_000, "r-1", 1)[0].split()[:2] == ["1", "0"]
 
 
 def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, serve: Serve) -> None:

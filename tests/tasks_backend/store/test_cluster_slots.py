@@ -22,7 +22,6 @@ import redis
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 from redis.crc import key_slot
 
-from tasks_backend.access import scripts as limits
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push.subscriptions import Cursor, PushStore
@@ -32,12 +31,10 @@ from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
 
-#: Every Lua script the product sends, by name.
-ALL_SCRIPTS: dict[str, str] = {
-    **SCRIPTS,
-    "limits.rate": limits.RATE_LUA, "limits.auth_fail": limits.AUTH_FAIL_LUA,
-    "limits.count": limits.COUNT_LUA, "limits.stream": limits.STREAM_LUA, "limits.charge": limits.CHARGE_LUA,
-}
+#: Every Lua script the product sends, by name: the job, push, catalog and limits scripts all live in `store/scripts/`.
+ALL_SCRIPTS: dict[str, str] = dict(SCRIPTS)
+#: The limits' scripts (`store/scripts/limits/`), which the life below runs through the limiter.
+LIMITS = {"limits.rate", "limits.auth_fail", "limits.count", "limits.stream", "limits.charge"}
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}
 #: Scripts sent only to a single Redis: the whole submit in one script, its keys in several slots (and the queue's,
@@ -49,6 +46,7 @@ CLUSTER_ONLY = {"create", "owner_index"}
 
 def test_scripts_touch_only_the_keys_they_declare() -> None:
     """A key built inside a script (from ARGV or a string) would escape the slot check of its KEYS."""
+    assert {name for name in ALL_SCRIPTS if name.startswith("limits.")} == LIMITS
     for name, body in ALL_SCRIPTS.items():
         calls = re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'\s*(?:,\s*([^,)]+))?", body)
         assert calls, name

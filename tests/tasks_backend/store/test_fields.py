@@ -12,10 +12,20 @@ from tasks_backend.store.fields import Change
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def job_sources() -> list[str]:
+    """Every script but the limits' (`limits/`, and the libraries only they use): their KEYS[1] is an owner's
+    rate hash or an address's failure hash, not a job hash."""
+    limits = {p for p in scripts.SOURCES if p.startswith("limits/")}
+    theirs = {f"lib/{lib}.lua" for p in limits for lib in scripts.uses(scripts.SOURCES[p])}
+    others = {f"lib/{lib}.lua" for p in set(scripts.SOURCES) - limits for lib in scripts.uses(scripts.SOURCES[p])}
+    assert theirs and not theirs & others
+    return [source for p, source in scripts.SOURCES.items() if p not in limits | theirs]
+
+
 def lua_fields() -> set[str]:
     """The job-hash fields the scripts read or write: names passed with KEYS[1] (the job hash), `h.name`."""
     found: set[str] = set()
-    for source in scripts.SOURCES.values():
+    for source in job_sources():
         for call in re.findall(r"redis\.call\('H(?:SET|MGET|DEL|GET|SETNX|EXISTS)', KEYS\[1\],([^)]*)\)", source):
             found |= set(re.findall(r"'([a-z]+)'", call))
         found |= set(re.findall(r"\bh\.([a-z]+)\b", source))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
@@ -46,3 +47,12 @@ def test_no_script_converts_redis_time_itself() -> None:
         if path != scripts.PRELUDE:
             assert "redis.call('TIME')" not in source.replace("local t = redis.call('TIME')", ""), path
             assert "* 1000 +" not in source, path
+
+
+def test_no_product_module_holds_lua_in_a_string() -> None:
+    """Every script is a file here (the limits' five in `limits/`), run through the one runner with the one prelude."""
+    modules = [p for folder in ("tasks_backend", "adapters", "workers") for p in (ROOT / folder).rglob("*.py")]
+    assert [str(p.relative_to(ROOT)) for p in modules
+            if re.search(r"redis\.p?call\(", p.read_text(encoding="utf-8"))] == []
+    assert sorted(p.name for p in (FOLDER / "limits").glob("*.lua")) == [
+        "auth_fail.lua", "charge.lua", "count.lua", "rate.lua", "stream.lua"]
