@@ -12,16 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks_backend.errors import (
-    BadRequest,
-    IdempotencyConflict,
-    OriginNotAllowed,
-    RateLimited,
-    ServiceUnavailable,
-    TasksBackendError,
-    Unauthenticated,
-    most_specific,
-)
+from tasks_backend import errors
+from tasks_backend.errors import TasksBackendError, most_specific
 
 from . import body
 
@@ -41,14 +33,14 @@ CODES: Codes = {
     TasksBackendError: INTERNAL_ERROR,
     # A service-level BadRequest is about a call's arguments (cursor, key, filter); a malformed
     # envelope is answered by this layer itself with -32600.
-    BadRequest: INVALID_PARAMS,
-    IdempotencyConflict: INVALID_PARAMS,
-    Unauthenticated: -32001,
+    errors.BadRequest: INVALID_PARAMS,
+    errors.IdempotencyConflict: INVALID_PARAMS,
+    errors.Unauthenticated: -32001,
     # The request as a whole is refused, before any method is looked at.
-    OriginNotAllowed: INVALID_REQUEST,
+    errors.OriginNotAllowed: INVALID_REQUEST,
     # JSON-RPC has no rate-limit code: -32000 is the first implementation-defined server error.
-    RateLimited: -32000,
-    ServiceUnavailable: INTERNAL_ERROR,
+    errors.RateLimited: -32000,
+    errors.ServiceUnavailable: INTERNAL_ERROR,
 }
 
 

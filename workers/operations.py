@@ -4,10 +4,9 @@ that an application that only submits needs no job code to check its params."""
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery
 
 from tasks_backend.config import Settings
 from tasks_backend.running.catalog import Publisher
@@ -15,19 +14,16 @@ from tasks_backend.running.registry import JobModuleNotFound, Registry
 from tasks_backend.store.connect import connect
 from tasks_backend.store.keys import Keys
 
+from .background import BackgroundStep
+
 log = logging.getLogger(__name__)
 
 
 def install(app: Celery, settings: Settings) -> None:
     """Publish this worker's operations from its main process, started and stopped with the worker."""
 
-    class PublishOperations(bootsteps.StartStopStep):
+    class PublishOperations(BackgroundStep):
         name = "tasks_backend.operations"
-
-        def __init__(self, parent: Any, **kwargs: Any) -> None:
-            super().__init__(parent, **kwargs)
-            self.stop_event = threading.Event()
-            self.thread: threading.Thread | None = None
 
         def start(self, parent: Any) -> None:
             try:
@@ -38,13 +34,6 @@ def install(app: Celery, settings: Settings) -> None:
             client = connect(settings.redis_url, settings.redis_socket_timeout_s, service=settings.redis_service)
             publisher = Publisher(client, Keys(settings.key_prefix), registry)
             publisher.publish()  # before the worker is ready: an application may submit as soon as it is
-            self.thread = threading.Thread(target=publisher.run_forever, args=(self.stop_event,),
-                                           name="publish-operations", daemon=True)
-            self.thread.start()
-
-        def stop(self, parent: Any) -> None:
-            self.stop_event.set()
-            if self.thread is not None:
-                self.thread.join(timeout=5)
+            self.run_in_background(publisher.run_forever, "publish-operations")
 
     app.steps["worker"].add(PublishOperations)

@@ -28,6 +28,7 @@ from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
+from . import shared
 from .shared import (
     CODES,
     INSTRUCTIONS,
@@ -37,17 +38,7 @@ from .shared import (
     McpRequest,
     Reply,
     Stream,
-    call_tool_result,
-    consent_only,
-    declares_url_elicitation,
     elicitation_id,
-    error_message,
-    job_page,
-    sse_event,
-    string_param,
-    submit_call,
-    tools,
-    url_elicitation,
 )
 
 #: Prefix of the ids of the `elicitation/create` requests we send: `<prefix><task id>/<input key>`.
@@ -69,7 +60,7 @@ def new_session_id(initialize_params: dict[str, Any] | None = None) -> str:
 
 def declares_url_mode(initialize_params: dict[str, Any]) -> bool:
     """`capabilities.elicitation.url` in `initialize` (2025-11-25 elicitation, Capabilities)."""
-    return declares_url_elicitation(initialize_params.get("capabilities"))
+    return shared.declares_url_elicitation(initialize_params.get("capabilities"))
 
 
 def url_mode(session_id: str | None) -> bool:
@@ -82,7 +73,7 @@ def task(record: JobRecord) -> dict[str, Any]:
     out["ttl"] = out.pop("ttlMs")
     out["pollInterval"] = out.pop("pollIntervalMs")
     if record.state is JobState.FAILED and "statusMessage" not in out:
-        out["statusMessage"] = error_message(record)
+        out["statusMessage"] = shared.error_message(record)
     return out
 
 
@@ -92,7 +83,7 @@ def related(task_id: str) -> dict[str, Any]:
 
 def final_result(record: JobRecord) -> dict[str, Any]:
     """What `tasks/result` answers: the call's own result (failed and cancelled jobs carry `isError`)."""
-    return call_tool_result(record) | {"_meta": related(record.id)}
+    return shared.call_tool_result(record) | {"_meta": related(record.id)}
 
 
 def initialize(call: McpRequest) -> Reply:
@@ -110,11 +101,11 @@ def ping(call: McpRequest) -> Reply:
 
 
 def list_tools(call: McpRequest) -> Reply:
-    return {"tools": tools(call.runtime, legacy=True)}
+    return {"tools": shared.tools(call.runtime, legacy=True)}
 
 
 def call_tool(call: McpRequest) -> Reply:
-    name = string_param(call.params, "name")
+    name = shared.string_param(call.params, "name")
     call.runtime.registry.get(name)
     requested = call.params.get("task")
     if requested is None:
@@ -125,12 +116,12 @@ def call_tool(call: McpRequest) -> Reply:
     ttl = requested.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl <= 0):
         raise InvalidParams("`task.ttl` must be a positive number of milliseconds.")
-    record, _ = submit_call(call, ttl_s=ttl / 1000 if ttl else None)
+    record, _ = shared.submit_call(call, ttl_s=ttl / 1000 if ttl else None)
     return {"task": task(record)}
 
 
 def get_task(call: McpRequest) -> Reply:
-    return task(call.service.get(call.principal, string_param(call.params, "taskId")))
+    return task(call.service.get(call.principal, shared.string_param(call.params, "taskId")))
 
 
 def list_tasks(call: McpRequest) -> Reply:
@@ -146,11 +137,11 @@ def list_tasks(call: McpRequest) -> Reply:
 
 def cancel_task(call: McpRequest) -> Reply:
     """Cancel and return the Task, now cancelled (a running job's worker is fenced out at once)."""
-    return task(call.service.cancel(call.principal, string_param(call.params, "taskId")))
+    return task(call.service.cancel(call.principal, shared.string_param(call.params, "taskId")))
 
 
 def task_result(call: McpRequest) -> Reply:
-    task_id = string_param(call.params, "taskId")
+    task_id = shared.string_param(call.params, "taskId")
     record = call.service.get(call.principal, task_id)
     if record.terminal:
         return final_result(record)
@@ -185,10 +176,10 @@ class Asking:
 
 def _result_events(service: JobService, principal: Principal, asking: Asking) -> Iterator[str]:
     task_id, request_id, asked = asking.task_id, asking.request_id, asking.asked
-    page = job_page(service.settings, task_id) if asking.completed is not None else None
+    page = shared.job_page(service.settings, task_id) if asking.completed is not None else None
     cursor = asking.cursor
 
-    yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
+    yield shared.sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
     try:
         for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s,
                                        block_ms=STREAM_BLOCK_MS):
@@ -196,25 +187,25 @@ def _result_events(service: JobService, principal: Principal, asking: Asking) ->
             if asking.completed is not None:
                 for key in sorted(asked - asking.completed - set(open_keys)):
                     asking.completed.add(key)  # answered on the page (or no longer asked)
-                    yield sse_event(_completion(task_id, key), cursor())
+                    yield shared.sse_event(_completion(task_id, key), cursor())
             for key, request in open_keys.items():
                 if key not in asked:
                     asked.add(key)
-                    yield sse_event(_input_request(task_id, key, request, page), cursor())
+                    yield shared.sse_event(_input_request(task_id, key, request, page), cursor())
             if record.terminal:
-                yield sse_event(jsonrpc.success(request_id, final_result(record)))
+                yield shared.sse_event(jsonrpc.success(request_id, final_result(record)))
                 return
     except TasksBackendError as exc:  # expired meanwhile, or Redis went away
-        yield sse_event(jsonrpc.error_for(request_id, exc, CODES))
+        yield shared.sse_event(jsonrpc.error_for(request_id, exc, CODES))
         return
     # Still running at the bound: end this stream; the client comes back with the last event id.
-    yield sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)
+    yield shared.sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)
 
 
 def _input_request(task_id: str, key: str, request: dict[str, Any], page: str | None) -> dict[str, Any]:
     prefix = INPUT_REQUEST_PREFIX
     if page is not None:
-        asked = url_elicitation(task_id, key, request, page)
+        asked = shared.url_elicitation(task_id, key, request, page)
         prefix = URL_REQUEST_PREFIX if asked is not request else prefix
         request = asked
     params = dict(request.get("params") or {})
@@ -242,7 +233,7 @@ def accept_answer(service: JobService, principal: Principal, message: dict[str, 
     if response_id.startswith(URL_REQUEST_PREFIX):
         # URL mode: declining to open the page declines the question, as in form mode (SDKs declare URL
         # mode for any elicitation handler, so a form-shaped answer is taken too: `consent_only`).
-        if not isinstance(result, dict) or consent_only(result):
+        if not isinstance(result, dict) or shared.consent_only(result):
             return
         response_id = INPUT_REQUEST_PREFIX + response_id.removeprefix(URL_REQUEST_PREFIX)
     if not response_id.startswith(INPUT_REQUEST_PREFIX):

@@ -20,6 +20,7 @@ from tasks_backend.service.follow import follow
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
+from . import shared
 from .shared import (
     CLIENT_CAPABILITIES_META,
     INSTRUCTIONS,
@@ -31,16 +32,6 @@ from .shared import (
     McpRequest,
     Reply,
     Stream,
-    call_tool_result,
-    consent_only,
-    declares_url_elicitation,
-    error_message,
-    job_page,
-    sse_event,
-    string_param,
-    submit_call,
-    tools,
-    url_elicitation,
 )
 
 log = logging.getLogger(__name__)
@@ -66,7 +57,7 @@ def _require_tasks(call: McpRequest) -> None:
 
 def url_mode(call: McpRequest) -> bool:
     """Whether this request's client capabilities declare URL-mode elicitation."""
-    return declares_url_elicitation(call.meta.get(CLIENT_CAPABILITIES_META))
+    return shared.declares_url_elicitation(call.meta.get(CLIENT_CAPABILITIES_META))
 
 
 def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
@@ -74,23 +65,23 @@ def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
     declares URL-mode elicitation), its questions point at the job's web page instead of carrying forms."""
     out = handle(record)
     if record.state is JobState.COMPLETED:
-        out["result"] = call_tool_result(record) | {"resultType": "complete"}
+        out["result"] = shared.call_tool_result(record) | {"resultType": "complete"}
     elif record.state is JobState.FAILED:
         # A job that raised is a failed task (not a completed one with isError): the tool never produced
         # a result, and HTTP and A2A report the same job as failed.
-        out.setdefault("statusMessage", error_message(record))
-        out["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": error_message(record)}
+        out.setdefault("statusMessage", shared.error_message(record))
+        out["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": shared.error_message(record)}
         if record.error:
             out["error"]["data"] = record.error
     elif record.state is JobState.INPUT_REQUIRED:
         requests = record.input_requests or {}
         out["inputRequests"] = requests if page is None else {
-            key: url_elicitation(record.id, key, request, page) for key, request in requests.items()}
+            key: shared.url_elicitation(record.id, key, request, page) for key, request in requests.items()}
     return out
 
 
 def _detailed(call: McpRequest, record: JobRecord) -> dict[str, Any]:
-    return detailed_task(record, job_page(call.service.settings, record.id) if url_mode(call) else None)
+    return detailed_task(record, shared.job_page(call.service.settings, record.id) if url_mode(call) else None)
 
 
 def discover(call: McpRequest) -> Reply:
@@ -105,31 +96,31 @@ def ping(call: McpRequest) -> Reply:
 
 
 def list_tools(call: McpRequest) -> Reply:
-    return {"resultType": "complete", "tools": tools(call.runtime, legacy=False), "ttlMs": LIST_TTL_MS,
+    return {"resultType": "complete", "tools": shared.tools(call.runtime, legacy=False), "ttlMs": LIST_TTL_MS,
             "cacheScope": "private"}
 
 
 def call_tool(call: McpRequest) -> Reply:
     # Validate the tool first, so an unknown tool reads the same with or without the extension.
-    call.runtime.registry.get(string_param(call.params, "name"))
+    call.runtime.registry.get(shared.string_param(call.params, "name"))
     _require_tasks(call)
-    record, _ = submit_call(call)
+    record, _ = shared.submit_call(call)
     return {"resultType": "task", **handle(record)}
 
 
 def get_task(call: McpRequest) -> Reply:
     _require_tasks(call)
-    record = call.service.get(call.principal, string_param(call.params, "taskId"))
+    record = call.service.get(call.principal, shared.string_param(call.params, "taskId"))
     return {"resultType": "complete", **_detailed(call, record)}
 
 
 def update_task(call: McpRequest) -> Reply:
     _require_tasks(call)
-    task_id = string_param(call.params, "taskId")
+    task_id = shared.string_param(call.params, "taskId")
     responses = call.params.get("inputResponses")
     if url_mode(call) and isinstance(responses, dict) and responses:
         # Consent to open the job's page is not an answer: the person gives it there.
-        responses = {key: answer for key, answer in responses.items() if not consent_only(answer)}
+        responses = {key: answer for key, answer in responses.items() if not shared.consent_only(answer)}
         if not responses:
             return dict(ACK)
     # Answers to a task no longer waiting are stale or repeated; the extension says to ignore them.
@@ -142,7 +133,7 @@ def cancel_task(call: McpRequest) -> Reply:
     _require_tasks(call)
     # Cancel is an acknowledgement; a terminal task simply keeps the state it reached.
     with contextlib.suppress(JobNotCancelable):
-        call.service.cancel(call.principal, string_param(call.params, "taskId"))
+        call.service.cancel(call.principal, shared.string_param(call.params, "taskId"))
     return dict(ACK)
 
 
@@ -168,17 +159,17 @@ def listen(call: McpRequest) -> Reply:
     max_s = call.service.settings.sse_max_s
 
     def events() -> Iterator[str]:
-        yield sse_event({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+        yield shared.sse_event({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                          "params": {"notifications": {"taskIds": [r.id for r in records]}, "_meta": meta}})
         try:
             # One read over every task's feed, in this stream's own greenlet: one Redis connection whatever
             # the number of tasks, and no reader outlives the stream (or the slot that counts it).
             for record in follow(call.runtime.streaming(), records, max_s=max_s, block_ms=STREAM_BLOCK_MS):
-                yield sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
+                yield shared.sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
                                  "params": {**_detailed(call, record), "_meta": meta}})
         except StoreUnavailable as exc:  # Redis failed: the client listens again
             log.info("listen ended early: %r", exc.__cause__)
-        yield sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
+        yield shared.sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))
 
     # One of the principal's open streams until it ends or the client goes away.
     return Stream(call.runtime.limits().hold(call.principal, events()))

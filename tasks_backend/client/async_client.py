@@ -4,39 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 
-from .protocol import (
-    _STREAM_TIMEOUT,
-    SETTLED,
-    Job,
-    Page,
-    _backoff,
-    _Base,
-    _check,
-    _events_headers,
-    _list_params,
-    _poll_delay,
-    _result_of,
-    _SseParser,
-    _submit_body,
-    error_from_response,
-)
+from .protocol import Job, Page, _Base, _Outcome, _result_of, _SseParser, _Waiting, error_from_response
 
 
-class AsyncClient(_Base):
+class AsyncClient(_Base[httpx.AsyncClient]):
     """The HTTP API for asyncio code; the same calls as `Client`, awaited."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  retries: int = 3, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(url, token, retries)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=self._headers, timeout=timeout,
-                                       transport=transport)
+        super().__init__(httpx.AsyncClient, url, token, timeout=timeout, retries=retries, transport=transport)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -49,44 +30,32 @@ class AsyncClient(_Base):
 
     async def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> httpx.Response:
         for attempt in range(self.retries + 1):
-            last = attempt == self.retries or not retry
             try:
-                response = await self._http.request(method, path, **kwargs)
+                outcome: _Outcome = await self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                if last and not (isinstance(exc, httpx.ConnectError) and attempt < self.retries):
-                    raise self._unreachable(exc) from exc
-                await asyncio.sleep(_backoff(attempt, None))
-                continue
-            if response.status_code == 503 and not last:
-                await asyncio.sleep(_backoff(attempt, response))
-                continue
-            return _check(response)
+                outcome = exc
+            answer = self._after_send(attempt, retry, outcome)
+            if isinstance(answer, httpx.Response):
+                return answer
+            await asyncio.sleep(answer)
         raise AssertionError("unreachable")
 
     async def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
                      idempotency_key: str | None = None) -> Job:
-        key = idempotency_key or str(uuid.uuid4())
-        response = await self._request("POST", "/v1/jobs", json=_submit_body(operation, params),
-                                       headers={"Idempotency-Key": key})
+        response = await self._request("POST", "/v1/jobs", **self._submit_request(operation, params, idempotency_key))
         return Job.from_wire(response.json())
 
     async def get(self, job_id: str) -> Job:
         return Job.from_wire((await self._request("GET", f"/v1/jobs/{job_id}")).json())
 
     async def wait(self, job_id: str, timeout: float | None = None) -> Job:
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        waiting = _Waiting(timeout, asyncio.get_running_loop().time)
         while True:
             response = await self._request("GET", f"/v1/jobs/{job_id}")
             job = Job.from_wire(response.json())
-            if job.status in SETTLED:
+            delay = waiting.next_poll(job, response)
+            if delay is None:
                 return job
-            delay = _poll_delay(job, response)
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    return job
-                delay = min(delay, left)
             await asyncio.sleep(delay)
 
     async def result(self, job: Job | str, timeout: float | None = None) -> Any:
@@ -106,29 +75,24 @@ class AsyncClient(_Base):
         return Job.from_wire(response.json())
 
     async def list(self, status: str | None = None, limit: int = 50, cursor: str | None = None) -> Page:
-        params = _list_params(status, limit, cursor)
+        params = self._list_params(status, limit, cursor)
         body = (await self._request("GET", "/v1/jobs", params=params)).json()
-        return Page([Job.from_wire(j) for j in body["jobs"]], body.get("nextCursor"))
+        return Page.from_wire(body)
 
     async def operations(self) -> builtins.list[dict[str, Any]]:
         return list((await self._request("GET", "/v1/operations")).json()["operations"])
 
     async def events(self, job_id: str) -> AsyncIterator[Job]:
         parser = _SseParser()
-        while True:
-            try:
-                async with self._http.stream("GET", f"/v1/jobs/{job_id}/events",
-                                             headers=_events_headers(parser.last_id),
-                                             timeout=_STREAM_TIMEOUT) as response:
+        with self._reaching():
+            while True:
+                async with self._http.stream("GET", **self._events_request(job_id, parser.last_id)) as response:
                     if response.status_code >= 400:
                         await response.aread()
                         raise error_from_response(response)
                     async for line in response.aiter_lines():
-                        event = parser.feed(line)
-                        if event and event[0] == "handle":
-                            job = Job.from_wire(json.loads(event[1]))
+                        job = parser.handle(line)
+                        if job is not None:
                             yield job
                             if job.done:
                                 return
-            except httpx.TransportError as exc:
-                raise self._unreachable(exc) from exc

@@ -4,11 +4,14 @@ problem `type`s, retry backoff and poll delays, and the server-sent event parser
 
 from __future__ import annotations
 
+import json
 import os
 import random
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -94,6 +97,10 @@ class Page:
     jobs: list[Job]
     next_cursor: str | None
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Page:
+        return cls([Job.from_wire(j) for j in data["jobs"]], data.get("nextCursor"))
+
 
 # -- the protocol, without I/O: shared by both clients --------------------------------------------
 def _settings(url: str | None, token: str | None) -> tuple[str, str]:
@@ -149,6 +156,24 @@ def _backoff(attempt: int, response: httpx.Response | None) -> float:
     return min(0.2 * float(2**attempt), 5.0) * (0.5 + random.random() / 2)
 
 
+class _Waiting:
+    """When `wait` polls again: at the job's poll hint, until the job settles or `timeout` seconds pass."""
+
+    def __init__(self, timeout: float | None, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._deadline = None if timeout is None else clock() + timeout
+
+    def next_poll(self, job: Job, response: httpx.Response) -> float | None:
+        """Seconds until the next poll, or None when `job` is the answer (settled, or time is up)."""
+        if job.status in SETTLED:
+            return None
+        delay = _poll_delay(job, response)
+        if self._deadline is None:
+            return delay
+        left = self._deadline - self._clock()
+        return min(delay, left) if left > 0 else None
+
+
 def _result_of(job: Job) -> Any:
     if job.status == COMPLETED:
         return job.result
@@ -159,16 +184,17 @@ def _result_of(job: Job) -> Any:
     raise Conflict(f"The job is {job.status}; it has no result yet.")
 
 
-def _submit_body(operation: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {"operation": operation, "params": dict(params or {})}
-
-
 class _SseParser:
     """Turns the lines of a server-sent event stream into (id, event, data) triples."""
 
     def __init__(self) -> None:
         self.last_id: str | None = None
         self._event, self._data = "message", list[str]()
+
+    def handle(self, line: str) -> Job | None:
+        """The job handle that `line` completes, if it completes a `handle` event."""
+        event = self.feed(line)
+        return Job.from_wire(json.loads(event[1])) if event and event[0] == "handle" else None
 
     def feed(self, line: str) -> tuple[str, str] | None:
         """The (event, data) that `line` completes, if it completes one."""
@@ -187,24 +213,66 @@ class _SseParser:
         return None
 
 
-def _list_params(status: str | None, limit: int, cursor: str | None) -> dict[str, str | int]:
-    return {k: v for k, v in {"status": status, "limit": limit, "cursor": cursor}.items() if v is not None}
-
-
-def _events_headers(last_id: str | None) -> dict[str, str]:
-    return {"Accept": "text/event-stream", **({"Last-Event-ID": last_id} if last_id else {})}
-
-
 #: The stream may stay quiet for as long as the job does; only connecting is bounded.
 _STREAM_TIMEOUT = httpx.Timeout(10.0, read=None)
 
 
-class _Base:
-    def __init__(self, url: str | None, token: str | None, retries: int) -> None:
+#: What one send of a request comes to: a response, or the transport failing.
+_Outcome = httpx.Response | httpx.TransportError
+
+
+_Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
+
+
+class _Base(Generic[_Http]):
+    def __init__(self, http: Callable[..., _Http], url: str | None, token: str | None, *, timeout: float,
+                 retries: int, transport: Any) -> None:
         self.url, token = _settings(url, token)
         self.retries = retries
-        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
-                         "User-Agent": "tasks-backend-client"}
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json",
+                   "User-Agent": "tasks-backend-client"}
+        self._http: _Http = http(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
     def _unreachable(self, exc: Exception) -> ServerUnreachable:
         return ServerUnreachable(f"Cannot reach {self.url}: {type(exc).__name__} {exc}".strip())
+
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """Raises a transport failure inside as `ServerUnreachable`."""
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from exc
+
+    @staticmethod
+    def _submit_request(operation: str, params: Mapping[str, Any] | None,
+                        idempotency_key: str | None) -> dict[str, Any]:
+        """A submit's body and headers; the idempotency key travels with every retry, so the job is created once."""
+        key = idempotency_key or str(uuid.uuid4())
+        return {"json": {"operation": operation, "params": dict(params or {})}, "headers": {"Idempotency-Key": key}}
+
+    @staticmethod
+    def _list_params(status: str | None, limit: int, cursor: str | None) -> dict[str, str | int]:
+        return {k: v for k, v in {"status": status, "limit": limit, "cursor": cursor}.items() if v is not None}
+
+    @staticmethod
+    def _events_request(job_id: str, last_id: str | None) -> dict[str, Any]:
+        """The event stream's URL, headers and timeout, resuming after `last_id` when there is one."""
+        headers = {"Accept": "text/event-stream", **({"Last-Event-ID": last_id} if last_id else {})}
+        return {"url": f"/v1/jobs/{job_id}/events", "headers": headers, "timeout": _STREAM_TIMEOUT}
+
+    def _after_send(self, attempt: int, retry: bool, outcome: _Outcome) -> httpx.Response | float:
+        """What one send of a request comes to: the (checked) response, or seconds to wait before sending again.
+
+        Transport failures and 503s are resent while attempts remain and `retry` says repeating is harmless;
+        a final transport failure raises `ServerUnreachable`.
+        """
+        last = attempt >= self.retries or not retry
+        if isinstance(outcome, httpx.TransportError):
+            # A request that never connected cannot have taken effect, so it is always safe to resend.
+            if last and not (isinstance(outcome, httpx.ConnectError) and attempt < self.retries):
+                raise self._unreachable(outcome) from outcome
+            return _backoff(attempt, None)
+        if outcome.status_code == 503 and not last:
+            return _backoff(attempt, outcome)
+        return _check(outcome)

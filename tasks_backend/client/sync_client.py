@@ -3,40 +3,21 @@
 from __future__ import annotations
 
 import builtins
-import json
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 
-from .protocol import (
-    _STREAM_TIMEOUT,
-    SETTLED,
-    Job,
-    Page,
-    _backoff,
-    _Base,
-    _check,
-    _events_headers,
-    _list_params,
-    _poll_delay,
-    _result_of,
-    _SseParser,
-    _submit_body,
-    error_from_response,
-)
+from .protocol import Job, Page, _Base, _Outcome, _result_of, _SseParser, _Waiting, error_from_response
 
 
-class Client(_Base):
+class Client(_Base[httpx.Client]):
     """The HTTP API, synchronously. Reuse one client: it keeps connections open."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
                  retries: int = 3, transport: httpx.BaseTransport | None = None) -> None:
-        super().__init__(url, token, retries)
-        self._http = httpx.Client(base_url=self.url, headers=self._headers, timeout=timeout,
-                                  transport=transport)
+        super().__init__(httpx.Client, url, token, timeout=timeout, retries=retries, transport=transport)
 
     def __enter__(self) -> Client:
         return self
@@ -50,28 +31,21 @@ class Client(_Base):
     def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> httpx.Response:
         """Send, retrying transport failures and 503s when `retry` says repeating is harmless."""
         for attempt in range(self.retries + 1):
-            last = attempt == self.retries or not retry
             try:
-                response = self._http.request(method, path, **kwargs)
+                outcome: _Outcome = self._http.request(method, path, **kwargs)
             except httpx.TransportError as exc:
-                # A request that never connected cannot have taken effect, so it is always safe to resend.
-                if last and not (isinstance(exc, httpx.ConnectError) and attempt < self.retries):
-                    raise self._unreachable(exc) from exc
-                time.sleep(_backoff(attempt, None))
-                continue
-            if response.status_code == 503 and not last:
-                time.sleep(_backoff(attempt, response))
-                continue
-            return _check(response)
+                outcome = exc
+            answer = self._after_send(attempt, retry, outcome)
+            if isinstance(answer, httpx.Response):
+                return answer
+            time.sleep(answer)
         raise AssertionError("unreachable")
 
     # -- calls ---------------------------------------------------------------------
     def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
                idempotency_key: str | None = None) -> Job:
         """Start a job; retried with the same idempotency key, so it is created at most once."""
-        key = idempotency_key or str(uuid.uuid4())
-        response = self._request("POST", "/v1/jobs", json=_submit_body(operation, params),
-                                 headers={"Idempotency-Key": key})
+        response = self._request("POST", "/v1/jobs", **self._submit_request(operation, params, idempotency_key))
         return Job.from_wire(response.json())
 
     def get(self, job_id: str) -> Job:
@@ -79,18 +53,13 @@ class Client(_Base):
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Poll until the job is done or waiting for input (or `timeout` seconds pass): the last handle."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        waiting = _Waiting(timeout, time.monotonic)
         while True:
             response = self._request("GET", f"/v1/jobs/{job_id}")
             job = Job.from_wire(response.json())
-            if job.status in SETTLED:
+            delay = waiting.next_poll(job, response)
+            if delay is None:
                 return job
-            delay = _poll_delay(job, response)
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return job
-                delay = min(delay, left)
             time.sleep(delay)
 
     def result(self, job: Job | str, timeout: float | None = None) -> Any:
@@ -112,9 +81,9 @@ class Client(_Base):
         return Job.from_wire(response.json())
 
     def list(self, status: str | None = None, limit: int = 50, cursor: str | None = None) -> Page:
-        params = _list_params(status, limit, cursor)
+        params = self._list_params(status, limit, cursor)
         body = self._request("GET", "/v1/jobs", params=params).json()
-        return Page([Job.from_wire(j) for j in body["jobs"]], body.get("nextCursor"))
+        return Page.from_wire(body)
 
     def operations(self) -> builtins.list[dict[str, Any]]:
         return list(self._request("GET", "/v1/operations").json()["operations"])
@@ -122,20 +91,15 @@ class Client(_Base):
     def events(self, job_id: str) -> Iterator[Job]:
         """Each change of the job as the server streams it, until it is done; reconnects as needed."""
         parser = _SseParser()
-        while True:
-            try:
-                with self._http.stream("GET", f"/v1/jobs/{job_id}/events",
-                                       headers=_events_headers(parser.last_id),
-                                       timeout=_STREAM_TIMEOUT) as response:
+        with self._reaching():
+            while True:
+                with self._http.stream("GET", **self._events_request(job_id, parser.last_id)) as response:
                     if response.status_code >= 400:
                         response.read()
                         raise error_from_response(response)
                     for line in response.iter_lines():
-                        event = parser.feed(line)
-                        if event and event[0] == "handle":
-                            job = Job.from_wire(json.loads(event[1]))
+                        job = parser.handle(line)
+                        if job is not None:
                             yield job
                             if job.done:
                                 return
-            except httpx.TransportError as exc:
-                raise self._unreachable(exc) from exc

@@ -20,28 +20,23 @@ def _kinds(expected: Any) -> str:
     return " or ".join(map(str, expected)) if isinstance(expected, list) else str(expected)
 
 
+#: How each failed keyword reads, filled in with the keyword's value (a `type`'s kinds joined with "or").
+_WORDS = {
+    "type": "must be {}", "enum": "must be one of {}", "const": "must be {!r}",
+    "minimum": "must be at least {}", "exclusiveMinimum": "must be more than {}",
+    "maximum": "must be at most {}", "exclusiveMaximum": "must be less than {}",
+    "minLength": "must be at least {} characters", "maxLength": "must be at most {} characters",
+    "pattern": "must match {}",
+    "anyOf": "matches none of the allowed forms", "oneOf": "matches none of the allowed forms",
+}
+
+
 def _words(error: ValidationError) -> str:
     """The problem in a few words; the value itself is not repeated (it may be long)."""
-    rule, expected = error.validator, error.validator_value
-    if rule == "type":
-        return f"must be {_kinds(expected)}"
-    if rule == "enum":
-        return f"must be one of {expected}"
-    if rule == "const":
-        return f"must be {expected!r}"
-    if rule in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        words = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most",
-                 "exclusiveMaximum": "less than"}[str(rule)]
-        return f"must be {words} {expected}"
-    if rule == "minLength":
-        return f"must be at least {expected} characters"
-    if rule == "maxLength":
-        return f"must be at most {expected} characters"
-    if rule == "pattern":
-        return f"must match {expected}"
-    if rule in ("anyOf", "oneOf"):
-        return "matches none of the allowed forms"
-    return str(error.message)
+    rule, expected = str(error.validator), error.validator_value
+    if rule not in _WORDS:
+        return str(error.message)
+    return _WORDS[rule].format(_kinds(expected) if rule == "type" else expected)
 
 
 def _messages(error: ValidationError) -> Iterable[tuple[str, str]]:

@@ -12,13 +12,14 @@ import httpx
 import pytest
 
 from tasks_backend.client import AsyncClient, Client, Job, JobFailed, ServerUnreachable
-from tasks_backend.client.protocol import _poll_delay
+from tasks_backend.client.protocol import _poll_delay, _Waiting
 from tasks_backend.errors import (
     IdempotencyConflict,
     InvalidParams,
     JobNotCancelable,
     JobNotFound,
     NotWaitingForInput,
+    ServiceUnavailable,
     Unauthenticated,
     UnknownOperation,
 )
@@ -189,6 +190,38 @@ def test_polling_follows_the_job_hint_then_retry_after() -> None:
     assert _poll_delay(job, httpx.Response(200, headers={"Retry-After": "1"}, request=request)) == 0.25
     bare = Job.from_wire({"taskId": "x", "status": "working"})
     assert _poll_delay(bare, httpx.Response(200, headers={"Retry-After": "3"}, request=request)) == 3
+
+
+def test_waiting_stops_at_a_settled_handle_or_at_the_deadline() -> None:
+    now = [100.0]
+    waiting = _Waiting(5.0, lambda: now[0])
+    response = httpx.Response(200, request=httpx.Request("GET", "http://x/"))
+    working = Job.from_wire({"taskId": "x", "status": "working", "pollIntervalMs": 2000})
+    assert waiting.next_poll(working, response) == 2.0
+    now[0] = 104.0
+    assert waiting.next_poll(working, response) == 1.0  # never past the deadline
+    now[0] = 105.0
+    assert waiting.next_poll(working, response) is None
+    for status in ("completed", "failed", "cancelled", "input_required"):
+        settled = Job.from_wire({"taskId": "x", "status": status})
+        assert _Waiting(None, lambda: now[0]).next_poll(settled, response) is None
+
+
+def test_which_sends_are_repeated() -> None:
+    request = httpx.Request("GET", "http://127.0.0.1:1/v1/jobs")
+    busy = httpx.Response(503, request=request)
+    with Client("http://127.0.0.1:1", "t", retries=2) as tasks:
+        assert isinstance(tasks._after_send(0, True, busy), float)
+        with pytest.raises(ServiceUnavailable):
+            tasks._after_send(2, True, busy)  # the last attempt answers with the error
+        with pytest.raises(ServiceUnavailable):
+            tasks._after_send(0, False, busy)  # not repeatable: answered at once
+        # A request that never connected cannot have taken effect: resent even when not repeatable.
+        assert isinstance(tasks._after_send(0, False, httpx.ConnectError("refused", request=request)), float)
+        with pytest.raises(ServerUnreachable):
+            tasks._after_send(0, False, httpx.ReadTimeout("lost", request=request))
+        ok = httpx.Response(200, request=request)
+        assert tasks._after_send(0, True, ok) is ok
 
 
 def test_async_client_end_to_end(worker: Any, live_url: str, user: tuple[str, str]) -> None:
