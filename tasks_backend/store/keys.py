@@ -8,6 +8,7 @@ Every key gets a TTL: per-job keys expire at the job's `createdAt + ttlMs`; inde
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -15,69 +16,71 @@ def _digest(value: str, size: int = 16) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[: size * 2]
 
 
+class _JobKey:
+    """`keys.NAME(job_id)`: a key of one job, under the job's hash tag."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __get__(self, keys: Keys, _: type | None = None) -> Callable[[str], str]:
+        return lambda job_id: f"{keys.prefix}:{{{job_id}}}:{self.part}"
+
+
+class _OwnerKey:
+    """`keys.NAME(owner)`: a key of one owner, under the owner's hash tag."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __get__(self, keys: Keys, _: type | None = None) -> Callable[[str], str]:
+        return lambda owner: f"{keys.owner_tag(owner)}:{self.part}"
+
+
+class _SystemKey:
+    """`keys.NAME()`: one key for the whole system."""
+
+    def __init__(self, part: str) -> None:
+        self.part = part
+
+    def __get__(self, keys: Keys, _: type | None = None) -> Callable[[], str]:
+        return lambda: f"{keys.prefix}:{self.part}"
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str
 
-    # -- one job -------------------------------------------------------------
-    def job(self, job_id: str) -> str:
-        return f"{self.prefix}:{{{job_id}}}:job"
-
-    def events(self, job_id: str) -> str:
-        return f"{self.prefix}:{{{job_id}}}:events"
-
-    def steps(self, job_id: str) -> str:
-        return f"{self.prefix}:{{{job_id}}}:steps"
-
-    def answers(self, job_id: str) -> str:
-        return f"{self.prefix}:{{{job_id}}}:answers"
-
-    def push_configs(self, job_id: str) -> str:
-        """Push subscriptions of one job (hash: subscription id -> JSON, in the shape of the adapter that made it)."""
-        return f"{self.prefix}:{{{job_id}}}:push"
-
-    def push_cursors(self, job_id: str) -> str:
-        """Per subscription, the last event delivered and the retry state (hash: subscription id -> JSON)."""
-        return f"{self.prefix}:{{{job_id}}}:pushpos"
-
-    def push_lock(self, job_id: str) -> str:
-        """Held by the one worker delivering a job's notifications (a random token, short TTL)."""
-        return f"{self.prefix}:{{{job_id}}}:pushlock"
-
-    def job_meta(self, job_id: str) -> str:
-        """Opaque strings adapters keep beside the job (hash: adapter-prefixed name -> value; `job_meta`)."""
-        return f"{self.prefix}:{{{job_id}}}:meta"
+    # -- one job (each expires with the job) ---------------------------------------------------------
+    job = _JobKey("job")  #: the job record (hash; its fields: `store.fields`)
+    events = _JobKey("events")  #: the job's changes (stream), what event streams and push read
+    steps = _JobKey("steps")  #: recorded step results (hash: step name -> JSON)
+    answers = _JobKey("answers")  #: answers to the job's questions (hash: key -> JSON)
+    #: push subscriptions (hash: subscription id -> JSON, in the shape of the adapter that made it)
+    push_configs = _JobKey("push")
+    #: per subscription, the last event delivered and the retry state (hash: subscription id -> JSON)
+    push_cursors = _JobKey("pushpos")
+    #: held by the one worker delivering the job's notifications (a random token, short TTL)
+    push_lock = _JobKey("pushlock")
+    #: opaque strings adapters keep beside the job (hash: adapter-prefixed name -> value; `job_meta`)
+    job_meta = _JobKey("meta")
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
         return [self.job(job_id), self.events(job_id), self.steps(job_id), self.answers(job_id)]
 
-    # -- one owner -----------------------------------------------------------
+    # -- one owner (each expires at the TTL ceiling) ------------------------------------------------
     def owner_tag(self, owner: str) -> str:
         return f"{self.prefix}:{{o:{_digest(owner, 12)}}}"
 
-    def owner_index(self, owner: str) -> str:
-        return f"{self.owner_tag(owner)}:jobs"
+    owner_index = _OwnerKey("jobs")  #: the owner's jobs (sorted set: job id -> creation, ms)
+    rate = _OwnerKey("rate")  #: request-rate state (hash: theoretical arrival time, last request's answer)
+    active_jobs = _OwnerKey("active")  #: jobs that were unfinished at the last prune of the active count (set)
+    #: the owner-index score up to which the last prune read (jobs indexed after it count as unfinished)
+    active_mark = _OwnerKey("activemark")
+    streams = _OwnerKey("streams")  #: open streams (sorted set: stream id -> lease expiry, ms)
 
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
-
-    # -- limits (tasks_backend.access.limits) ----------------------------------------
-    def rate(self, owner: str) -> str:
-        """The principal's request-rate state (hash: theoretical arrival time, last request's answer)."""
-        return f"{self.owner_tag(owner)}:rate"
-
-    def active_jobs(self, owner: str) -> str:
-        """Ids of the principal's jobs that were unfinished at the last prune of its count (set)."""
-        return f"{self.owner_tag(owner)}:active"
-
-    def active_mark(self, owner: str) -> str:
-        """The owner-index score up to which the last prune read (jobs indexed after it count as unfinished)."""
-        return f"{self.owner_tag(owner)}:activemark"
-
-    def streams(self, owner: str) -> str:
-        """The principal's open streams (sorted set: stream id -> lease expiry, ms)."""
-        return f"{self.owner_tag(owner)}:streams"
 
     def auth_failures(self, address: str) -> str:
         """Failed authentications from one client address in the current window (hash). Read by the per-request
@@ -85,24 +88,18 @@ class Keys:
         since the address and the owner hash to different Redis Cluster slots."""
         return f"{self.prefix}:{{a:{_digest(address, 12)}}}:authfail"
 
-    # -- global --------------------------------------------------------------
-    def sweep(self) -> str:
-        """Jobs the sweeper must look at, scored by when (ms)."""
-        return f"{self.prefix}:sweep"
-
-    def push_due(self) -> str:
-        """Jobs with push subscriptions whose feed a worker must look at, scored by when (ms)."""
-        return f"{self.prefix}:push:due"
+    # -- the whole system ---------------------------------------------------------------------------
+    sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
+    #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
+    push_due = _SystemKey("push:due")
+    #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
+    #: `catalog`): what an application that submits without the job code checks params against
+    operations = _SystemKey("operations")
 
     def queue_pushes(self, queue: str) -> str:
         """How many job messages were ever pushed to the broker list `queue` (a counter, in the broker's
         Redis, next to the list; see `RedisDispatcher`)."""
         return f"{self.prefix}:pushes:{queue}"
-
-    def operations(self) -> str:
-        """The operations the workers run, as they last published them (hash: name -> publish time and entry;
-        see `catalog`): what an application that submits without the job code checks params against."""
-        return f"{self.prefix}:operations"
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
