@@ -27,7 +27,7 @@ JOBS = "tasks_backend.demo,tests.support.jobs"
 #: Lines a stop must not print: tracebacks, Celery's and gunicorn's own stop chatter, a worker that lost Redis.
 NOISE = ("Traceback", "SystemExit", "was sent SIG", "Warm shutdown", "push delivery paused", "ImportError",
          "has no attribute", "Restarting celery worker")
-STOP_LINE = re.compile(r"tasks_backend\.supervisor (\w+) \(pid \d+\) (stopped in [\d.]+s|killed: .*)$")
+STOP_LINE = re.compile(r"tasks_backend\.devtools\.supervisor (\w+) \(pid \d+\) (stopped in [\d.]+s|killed: .*)$")
 
 
 class Run:
