@@ -23,6 +23,9 @@ access_log_format = f'%({{{CLIENT_ADDRESS}}}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s 
 # (adapters.entrance reads X-Forwarded-Proto by the same rule as X-Forwarded-For): gunicorn's own rule, which
 # believes a loopback peer's scheme headers and no other host's, would leave a balancer on another host unheard.
 secure_scheme_headers: dict[str, str] = {}
+# gunicorn's control interface is not used here, and its default socket is one path per user: a second web
+# process on the host (another `make run`, a test) would take it over from the first.
+control_socket_disable = True
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -327,3 +327,16 @@ def test_the_cookie_is_secure_whenever_the_public_url_is_https(redis_base: str, 
         assert is_secure(session_cookie(base, {"X-Forwarded-Proto": "http"}, source="127.0.0.2"))
     finally:
         proc.stop()
+
+
+def test_web_processes_on_one_host_share_no_control_socket(redis_base: str, tmp_path: Path) -> None:
+    """gunicorn's control interface (which nothing here uses) binds one socket path per user by default: a second
+    `tasks-backend web` or `make run` on the host would take it over from the first. None is opened."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc, base = start_web(redis_base, tmp_path / "web.log", HOME=str(home))
+    try:
+        assert httpx.get(f"{base}/healthz", timeout=ANSWER_WITHIN).status_code == 200
+        assert not (home / ".gunicorn").exists(), sorted(str(p) for p in home.rglob("*"))
+    finally:
+        proc.stop()
