@@ -54,7 +54,7 @@ class _JobCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         store = self.runtime.store
         try:
-            due = store.redis.zcard(store.keys.sweep())
+            due = store.tracked()
             snapshot = JobStats(store).snapshot()
         except Exception as exc:  # a scrape during a Redis outage reports what it can, not a 500
             log.warning("job metrics unavailable: %s", type(exc).__name__)

@@ -1,26 +1,9 @@
 """One error hierarchy, with protocol-neutral data only: a stable slug, a title and a message.
 
-    TasksBackendError
-    ├── BadRequest                 malformed body, unknown field types, bad cursor
-    │   ├── PayloadTooLarge
-    │   └── InvalidParams          params that fail the operation's schema
-    │       └── UnknownOperation
-    ├── Unauthenticated            no or bad credentials
-    ├── OriginNotAllowed           a browser page from an origin not in TASKS_BACKEND_ALLOWED_ORIGINS
-    ├── JobNotFound                missing, expired, or another owner's job: all alike
-    ├── Conflict                   the job is not in a state that allows the call
-    │   ├── JobNotCancelable       already terminal
-    │   └── NotWaitingForInput
-    ├── IdempotencyConflict        same key, different request
-    ├── RateLimited                a limit of the caller's was reached; retry after `retry_after_s`
-    │   └── QuotaExceeded          too many active jobs or open streams
-    └── ServiceUnavailable         Redis or the broker cannot be reached; retry later
-        ├── StoreUnavailable
-        └── DispatchUnavailable
-
-Each adapter owns its protocol's codes: one table per adapter from these classes to its codes (HTTP
-status in `adapters.problems`, JSON-RPC codes in the MCP and A2A adapters), read through `most_specific`.
-Anything that is not a `TasksBackendError` is an internal error, logged, and never described to the caller.
+The tree is drawn in docs/architecture.md ("Errors"). Each adapter owns its protocol's codes: one table per
+adapter from these classes to its codes (HTTP status in `adapters.problems`, JSON-RPC codes in the MCP and A2A
+adapters), read through `most_specific`.
+Rule: anything that is not a `TasksBackendError` is an internal error, logged, and never described to the caller.
 """
 
 from __future__ import annotations

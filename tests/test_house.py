@@ -60,11 +60,8 @@ def test_the_wheel_has_exactly_the_three_packages_and_the_ui_files(tmp_path: Pat
     assert sorted(set(shipped) - record) == []
     assert "tasks_backend/py.typed" in record
 
+
 MAX_DOC_LINES = 10
-#: Modules whose docstring may be longer, each with why.
-LONG_DOCS: dict[str, str] = {
-    "tasks_backend/errors.py": "the error tree is the module's content",
-}
 
 
 def _modules() -> list[Path]:
@@ -79,8 +76,7 @@ def _doc_lines(path: Path) -> int:
 def test_every_module_says_what_it_owns_in_at_most_ten_lines() -> None:
     lines = {p.relative_to(ROOT).as_posix(): _doc_lines(p) for p in _modules()}
     assert sorted(m for m, n in lines.items() if n == 0) == []
-    assert sorted(m for m, n in lines.items() if n > MAX_DOC_LINES and m not in LONG_DOCS) == []
-    assert sorted(m for m in LONG_DOCS if lines.get(m, 0) <= MAX_DOC_LINES) == [], "no longer long: delete it"
+    assert sorted(m for m, n in lines.items() if n > MAX_DOC_LINES) == []
 
 
 def test_one_class_per_name() -> None:

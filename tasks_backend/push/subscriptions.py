@@ -21,6 +21,7 @@ from ..model.domain import JobRecord
 from ..store.connect import redis_errors
 from ..store.feeds import Event, event
 from ..store.jobs import RedisStore
+from ..store.outcomes import Locked, Saved
 from .webhook import TargetRefused as TargetRefused
 from .webhook import post_event as post_event
 from .webhook import resolve_target as resolve_target
@@ -189,7 +190,7 @@ class PushStore:
         # Redis restarted: the runner loads the scripts and claims again, which is harmless.
         outcomes = self.scripts.run(build)
         with redis_errors():
-            won = [j for j, ok in zip(job_ids, outcomes, strict=True) if ok == 1]
+            won = [j for j, ok in zip(job_ids, outcomes, strict=True) if Locked(int(ok)) is Locked.HELD]
             if won:
                 self.redis.zadd(self.keys.push_due(), dict.fromkeys(won, now_ms + lease_ms), xx=True)
         return won
@@ -217,7 +218,7 @@ class PushStore:
         token = uuid.uuid4().hex
         with redis_errors():
             ok = self.scripts.call("push.claim", [self.keys.push_lock(job_id)], token, ttl_ms)
-        return token if ok == 1 else None
+        return token if Locked(int(ok)) is Locked.HELD else None
 
     def release(self, job_id: str, token: str) -> None:
         with redis_errors():
@@ -276,10 +277,10 @@ class PushStore:
         with redis_errors():
             if next_at_ms is not None:
                 self._schedule(pending.job_id, next_at_ms)
-            outcome = int(self.scripts.call("push.finish", keys, *args))
-            if outcome == 1:
+            outcome = Saved(int(self.scripts.call("push.finish", keys, *args)))
+            if outcome is Saved.CHANGED:
                 self._schedule(pending.job_id, 0)
-            elif outcome == 0 and next_at_ms is None:
+            elif outcome is Saved.SAVED and next_at_ms is None:
                 settle_args: list[Any] = [pending.job_id]
                 if claimed_at_ms is not None:
                     settle_args.append(claimed_at_ms)

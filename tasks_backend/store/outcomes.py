@@ -81,3 +81,21 @@ class Swept(enum.StrEnum):
     LATER = "later"
     DONE = "done"
     GONE = "gone"
+
+
+class Locked(enum.IntEnum):
+    """Taking a job's push lock."""
+
+    HELD = 1
+    #: Another worker holds it.
+    TAKEN = 0
+
+
+class Saved(enum.IntEnum):
+    """Saving a push pass's cursors (and releasing its lock)."""
+
+    #: A config was added, changed or replaced during the pass: look again at once.
+    CHANGED = 1
+    SAVED = 0
+    #: Another worker holds the lock: nothing written.
+    NOT_OURS = -1

@@ -25,6 +25,11 @@ class SweepSchedule:
     _eval: Callable[..., None]
     _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
 
+    def tracked(self) -> int:
+        """How many jobs the sweeper watches (queued or running ones, each on the sweep schedule)."""
+        with redis_errors():
+            return int(self.redis.zcard(self.keys.sweep()))
+
     def due_for_sweep(self, limit: int) -> tuple[int, list[tuple[str, str]]]:
         """(Redis's time now, up to `limit` (job id, score) entries of the sweep schedule due by then)."""
         reply = self.scripts.call("due", [self.keys.sweep()], limit)
