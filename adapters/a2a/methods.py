@@ -20,6 +20,7 @@ from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.push.subscriptions import PushStore, resolve_target
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
+from tasks_backend.serving.drain import HangUpWatch
 
 from .. import jsonrpc, sse
 from ..jsonrpc import RpcError
@@ -176,19 +177,20 @@ def send_message(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dic
     if _object(params, "configuration").get("returnImmediately"):
         record, context = _accept_message(call, params)
         return {"task": wire.task(record, context)}
-    # A blocking send is one of the principal's open streams; its slot is taken before any job is created.
-    with call.runtime.limits().open_stream(call.principal) as slot:
+    # A blocking send is one of the principal's open streams; its slot is taken before any job is created, and
+    # given back only once nothing reads for it (after its client hung up, say).
+    with call.runtime.limits().open_stream(call.principal) as slot, sse.hang_up_watch() as client:
         record, context = _accept_message(call, params)
-        record = _wait_interrupted(call, record, slot)
+        record = _wait_interrupted(call, record, slot, client)
     return {"task": wire.task(record, context)}
 
 
-def _wait_interrupted(call: A2AScope, record: JobRecord, slot: StreamSlot) -> JobRecord:
+def _wait_interrupted(call: A2AScope, record: JobRecord, slot: StreamSlot, client: HangUpWatch | None) -> JobRecord:
     """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
-    TTL ends it), or until this process is stopping. Waiting costs a greenlet of the web worker, not a thread that
-    polls and submits need."""
+    TTL ends it), until this process is stopping, or until the client hangs up (nobody is left to answer). Waiting
+    costs a greenlet of the web worker, not a thread that polls and submits need."""
     job_id, last, service = record.id, "0-0", call.runtime.streaming()
-    while record.state not in wire.STREAM_END and not service.stopping:
+    while record.state not in wire.STREAM_END and not service.stopping and not (client and client.hung_up):
         for event_id, record in service.watch(
                 call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
                 block_ms=STREAM_BLOCK_MS):

@@ -181,7 +181,7 @@ def signin() -> Response | tuple[str, int]:
     gate = current_app.extensions["tasks_backend_entrance"].gate
     try:
         gate.authenticate(f"Bearer {token}", request.environ[CLIENT_ADDRESS])
-        opened = _ui().credentials.opened_with(token)  # None for a JWT past its expiry (the API's leeway aside)
+        opened = _ui().credentials.opened_with(token)  # None for a JWT the API would no longer take
     except Unauthenticated:
         opened = None
     if opened is None:

@@ -203,10 +203,13 @@ class PushStore:
         return dict(zip(job_ids, self.store.owners_of(job_ids), strict=True))
 
     def defer(self, job_ids: list[str], at_ms: int) -> None:
-        """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then."""
+        """Put due jobs back to `at_ms` (only jobs still on the due set), behind the ones due before then.
+
+        Only ever later: another loop may have claimed a job since `due` read it (its score is then that
+        claim's lease end), and moving it earlier would make it due again while the claim holds."""
         if job_ids:
             with redis_errors():
-                self.redis.zadd(self.keys.push_due(), dict.fromkeys(job_ids, at_ms), xx=True)
+                self.redis.zadd(self.keys.push_due(), dict.fromkeys(job_ids, at_ms), xx=True, gt=True)
 
     def cursors(self, job_id: str) -> dict[str, Cursor]:
         with redis_errors():

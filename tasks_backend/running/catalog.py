@@ -111,13 +111,16 @@ class PublishedOperations:
 
     def __init__(self, client: Any, keys: Keys, cache_s: float = CACHE_S) -> None:
         self.client, self.keys, self.cache_s = client, keys, cache_s
-        self._read_at = -float("inf")
+        self._read_at = self._missed_at = -float("inf")
         self._operations: dict[str, PublishedOperation] = {}
 
     def get(self, name: str) -> PublishedOperation:
         operations = self._read(fresh=False)
-        if isinstance(name, str) and name not in operations:
-            operations = self._read(fresh=True)  # a worker may have published it since the last read
+        # A worker may have published it since the last read; but unknown names (a typo, or any caller's
+        # made-up ones) read the whole hash again at most once per `cache_s`, not once per submit.
+        if isinstance(name, str) and name not in operations and time.monotonic() - self._missed_at > self.cache_s:
+            self._missed_at = time.monotonic()
+            operations = self._read(fresh=True)
         spec = operations.get(name) if isinstance(name, str) else None
         if spec is not None:
             return spec

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from celery import Celery
@@ -162,13 +162,25 @@ def connect_service(settings: Settings | None = None) -> JobService:
     return runtime.service
 
 
+#: Query options through which redis-py (and kombu) also take credentials: masked like a `user:password@`.
+_SECRET_OPTIONS = frozenset({"password", "username"})
+
+
 def redact_url(url: str) -> str:
-    """`url` with any password replaced, fit for a message or a log line (each Sentinel's of a `sentinel://`
-    URL, whose parts `;` joins)."""
+    """`url` with any password replaced, fit for a message or a log line: the one of `user:password@` and
+    the `password=` and `username=` query options (each Sentinel's of a `sentinel://` URL, whose parts `;` joins)."""
     if is_sentinel_url(url) and ";" in url:
         return ";".join(redact_url(part) for part in url.split(";"))
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL one can take apart: nothing of it is safe to show
+        return "***"
+    # Rebuilt by hand: urlunsplit would drop the empty authority of `unix:///path`.
+    head, mark, tail = url.partition("?")
+    if password:
+        head = head.replace(f":{password}@", ":***@", 1)
+    query, hashmark, fragment = tail.partition("#")
+    options = [(p.split("=", 1)[0] + "=***") if unquote(p.split("=", 1)[0]).lower() in _SECRET_OPTIONS else p
+               for p in query.split("&")]
+    return head + mark + "&".join(options) + hashmark + fragment

@@ -4,7 +4,7 @@ Event streams, subscriptions and blocking sends stay in flight for minutes, each
 next change: left alone they would hold a stopping process (SIGTERM, a deploy) for its whole graceful timeout
 and then be cut off mid-stream. `Drain.stop` ends each of them as its own deadline would: a stream closes cleanly
 (its client reconnects, with Last-Event-ID, to a process still serving) and a blocking send answers with the
-task as it stands. `ClientWatch` ends a stream's reads as soon as its client hangs up.
+task as it stands. `HangUpWatch` ends a stream's or a blocking send's reads as soon as its client hangs up.
 Rule: nothing held outlives the process's stop or its client, so a stream's Redis connection and slot go back
 within moments.
 """
@@ -97,6 +97,14 @@ class Drain:
         client went away."""
         self._probes[reader] = probe
 
+    def cut_off(self, reader: Any) -> bool:
+        """Whether `reader`'s client went away (under threads: asks its probe now)."""
+        probe = self._probes.get(reader)
+        if reader in self._cut or (probe is not None and probe()):
+            self._cut.add(reader)
+            return True
+        return False
+
     def forget(self, reader: Any) -> None:
         """`reader`'s stream ended: what `cut` and `watch_with` kept for it goes."""
         self._cut.discard(reader)
@@ -125,34 +133,32 @@ def hung_up(sock: socket.socket) -> bool:
         return True
 
 
-class ClientWatch(Generic[T]):
-    """A streamed response's items, whose reads `drain` ends as soon as the client `sock` hangs up.
+class HangUpWatch:
+    """While started, ends the reads in `drain` of the greenlet (or thread) that started it as soon as the client
+    `sock` hangs up: for a held answer whose response is not a stream (an A2A blocking send), and for each stream.
 
-    Under gevent a greenlet waits for the socket to turn readable (the client closing it; a client reading a
-    stream sends nothing) and cuts the stream's reads at once; under threads each read asks first. Whatever the
-    server, `close` (called by it when the response ends) ends the watching, then closes `items`."""
+    Under gevent a greenlet waits for the socket to turn readable (the client closing it; a client waiting for
+    its answer sends nothing) and cuts the reader's reads at once; under threads each read asks first."""
 
-    def __init__(self, items: Iterator[T], sock: socket.socket, drain: Drain) -> None:
-        self.items, self.sock, self.drain = items, sock, drain
+    def __init__(self, sock: socket.socket, drain: Drain) -> None:
+        self.sock, self.drain = sock, drain
         self._reader: Any = None
         self._watcher: Any = None
 
-    def __iter__(self) -> ClientWatch[T]:
-        return self
+    @property
+    def hung_up(self) -> bool:
+        """Whether the client went away (its reader's reads end at once from then on)."""
+        return self._reader is not None and self.drain.cut_off(self._reader)
 
-    def __next__(self) -> T:
-        if self._reader is None:
-            self._start()
-        return next(self.items)
-
-    def _start(self) -> None:
+    def start(self) -> HangUpWatch:
         self._reader = _reader()
         if _current_greenlet() is None:
             self.drain.watch_with(self._reader, lambda: hung_up(self.sock))
-            return
+            return self
         import gevent
 
         self._watcher = gevent.spawn(self._watch)
+        return self
 
     def _watch(self) -> None:
         from gevent.socket import wait_read
@@ -163,15 +169,42 @@ class ClientWatch(Generic[T]):
             return
         if hung_up(self.sock):
             self.drain.cut(self._reader)
-        # Anything else readable is a request sent behind this one: its stream goes on, and ends by its deadline.
+        # Anything else readable is a request sent behind this one: its reads go on, and end by their deadline.
 
-    def close(self) -> None:
+    def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.kill(block=False)
-        try:
-            close = getattr(self.items, "close", None)
-            if close is not None:
-                close()
-        finally:
-            if self._reader is not None:
-                self.drain.forget(self._reader)
+        if self._reader is not None:
+            self.drain.forget(self._reader)
+
+    def __enter__(self) -> HangUpWatch:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+class ClientWatch(Generic[T]):
+    """A streamed response's items, whose reads `drain` ends as soon as the client `sock` hangs up (`HangUpWatch`,
+    started by the first item, in the greenlet or thread that serves the stream). Whatever the server, `close`
+    (called by it when the response ends) ends the watching, then closes `items`."""
+
+    def __init__(self, items: Iterator[T], sock: socket.socket, drain: Drain) -> None:
+        self.items = items
+        self.watch = HangUpWatch(sock, drain)
+        self._started = False
+
+    def __iter__(self) -> ClientWatch[T]:
+        return self
+
+    def __next__(self) -> T:
+        if not self._started:
+            self._started = True
+            self.watch.start()
+        return next(self.items)
+
+    def close(self) -> None:
+        self.watch.stop()
+        close = getattr(self.items, "close", None)
+        if close is not None:
+            close()

@@ -17,7 +17,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from adapters.app import create_app
-from tasks_backend.access.auth import token_digest
+from tasks_backend.access.auth import JWT_LEEWAY_S, token_digest
 from tasks_backend.config import Settings
 from tasks_backend.service.runtime import build_runtime
 from tests.conftest import ALICE, make_settings, wait_until
@@ -93,17 +93,35 @@ def test_admin_rights_are_read_at_each_request_not_kept_in_the_cookie(redis_base
 
 
 def test_a_page_session_ends_at_its_jwts_expiry_whatever_its_subject(redis_base: str, serve: Serve) -> None:
-    """Even when the subject is spelled like a static principal that holds a token (`alice`)."""
+    """Even when the subject is spelled like a static principal that holds a token (`alice`). Its expiry is the
+    API's: `exp` plus the clock leeway the API gives every JWT."""
     url = serve(make_settings(redis_base, jwt_secret=SECRET))
-    short = jwt.encode({"sub": "alice", "exp": int(time.time()) + 3}, SECRET, algorithm="HS256")
+    short = jwt.encode({"sub": "alice", "exp": int(time.time()) - JWT_LEEWAY_S + 3}, SECRET, algorithm="HS256")
     with httpx.Client(base_url=url, timeout=10) as page:
         assert sign_in(page, short).status_code == 303
         assert page.get("/ui/jobs").status_code == 200
         wait_until(lambda: signed_out(page.get("/ui/jobs")), 30, interval=0.25,
                    message="the session to end with its JWT")
-        # A JWT that has already expired opens no session, though the API's leeway still takes it for a moment.
-        stale = jwt.encode({"sub": "alice", "exp": int(time.time()) - 5}, SECRET, algorithm="HS256")
+        # A JWT the API no longer takes opens no session.
+        stale = jwt.encode({"sub": "alice", "exp": int(time.time()) - JWT_LEEWAY_S - 5}, SECRET, algorithm="HS256")
         assert sign_in(page, stale).status_code == 401
+
+
+def test_the_page_takes_a_jwt_exactly_while_the_api_does(redis_base: str, serve: Serve) -> None:
+    """A JWT past its `exp` but within the leeway: the API takes it, so signing in with it does too, and the
+    session ends when the API stops taking it (not before, not after)."""
+    url = serve(make_settings(redis_base, jwt_secret=SECRET))
+    late = jwt.encode({"sub": "late", "exp": int(time.time()) - JWT_LEEWAY_S + 4}, SECRET, algorithm="HS256")
+    api = {"Authorization": f"Bearer {late}"}
+    with httpx.Client(base_url=url, timeout=10) as page:
+        assert httpx.get(f"{url}/v1/jobs", headers=api, timeout=10).status_code == 200
+        assert sign_in(page, late).status_code == 303
+        assert page.get("/ui/jobs").status_code == 200
+
+        wait_until(lambda: signed_out(page.get("/ui/jobs")), 30, interval=0.1, message="the session to end")
+        # The API stops taking it at the same moment (one clock, one leeway): within a second, not 30 s later.
+        wait_until(lambda: httpx.get(f"{url}/v1/jobs", headers=api, timeout=10).status_code == 401, 2,
+                   interval=0.05, message="the API to refuse the JWT the session ended with")
 
 
 def test_a_jwt_session_ends_where_jwts_are_no_longer_taken(redis_base: str, serve: Serve) -> None:

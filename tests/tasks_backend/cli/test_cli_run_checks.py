@@ -140,6 +140,16 @@ def test_run_names_the_server_it_cannot_reach_and_exits(tmp_path: Path, unreacha
     assert not (tmp_path / "data").exists()
 
 
+def test_run_masks_a_password_given_as_a_query_option_of_the_url(tmp_path: Path) -> None:
+    """redis-py also takes the credentials as `?username=...&password=...`: the refusal shows neither."""
+    password = secrets.token_hex(8)
+    url = f"redis://127.0.0.1:{free_port()}/0?username=ops&password={password}"
+    ended = _until_it_ends(tmp_path / "data", _env(REDIS_URL=url))
+    assert ended.returncode != 0
+    assert password not in ended.stderr and "username=ops" not in ended.stderr
+    assert "/0?username=***&password=*** (REDIS_URL, from the environment)" in ended.stderr, ended.stderr
+
+
 @pytest.mark.parametrize(("name", "value", "says"), [
     ("TASKS_BACKEND_JOBS", "tasks_backend.demoo",
      "TASKS_BACKEND_JOBS names 'tasks_backend.demoo', which cannot be imported"),

@@ -53,8 +53,8 @@ def test_a_pass_with_nothing_left_leaves_a_job_moved_since_its_claim(runtime: Ru
     assert push.claim_many([job_id], "mine", 5000, now) == [job_id]
     pending = push.read(job_id, now)
     assert pending.record is None  # every config is done: the pass would take the job off
-    # Meanwhile another loop put the job back (it had been made due at once, then deferred for its owner).
-    push.defer([job_id], now + 1000)
+    # Meanwhile something moved the job (say a pass of another loop set when it is next due).
+    runtime.store.redis.zadd(runtime.store.keys.push_due(), {job_id: now + 1000})
     push.finish(pending, "mine", {}, None, claimed_at_ms=claimed_at)
     assert _score(runtime, job_id) == now + 1000  # still due: the next pass looks at it again
 
@@ -65,3 +65,20 @@ def test_a_pass_with_nothing_left_leaves_a_job_moved_since_its_claim(runtime: Ru
     assert _score(runtime, job_id) is None
     push.finish(pending, "again", {}, None, claimed_at_ms=claimed_at)
     assert _score(runtime, job_id) is None
+
+
+@pytest.mark.usefixtures("worker")
+def test_deferring_never_moves_a_job_claimed_meanwhile_earlier(runtime: Runtime) -> None:
+    push = PushStore(runtime.store)
+    job_id = _finished_job_with_a_done_config(runtime, push)
+    now, due = push.due(10)
+    assert job_id in due
+    # Another loop claims the job after this one read the due set: its score is now the lease end.
+    assert push.claim_many([job_id], "theirs", 60_000, now) == [job_id]
+    push.defer([job_id], now + 1000)  # this loop puts it back for its owner's share
+    assert _score(runtime, job_id) == now + 60_000  # still behind the claim: not due again while it holds
+    # A job still merely due is moved back as before.
+    push.release(job_id, "theirs")
+    runtime.store.redis.zadd(runtime.store.keys.push_due(), {job_id: now})
+    push.defer([job_id], now + 1000)
+    assert _score(runtime, job_id) == now + 1000

@@ -9,11 +9,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from tasks_backend import Principal, connect_service
 from tasks_backend.config import Settings
+from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.errors import InvalidParams, UnknownOperation
 from tasks_backend.running.catalog import PublishedOperations, publish
 from tasks_backend.running.registry import Registry
@@ -106,3 +109,32 @@ def test_with_nothing_published_a_submit_says_to_start_a_worker(redis_base: str)
     with pytest.raises(UnknownOperation) as raised:
         connect_service(settings).submit(Principal("someone"), "demo.sleep", {"seconds": 1})
     assert "start a worker" in str(raised.value) and settings.key_prefix in str(raised.value)
+
+
+def _hgetall_calls(client: redis.Redis) -> int:
+    stats: dict[str, Any] = client.info("commandstats")
+    return int(stats.get("cmdstat_hgetall", {}).get("calls", 0))
+
+
+def test_unknown_names_read_the_catalog_again_at_most_once_per_cache_period(tmp_path: Path) -> None:
+    """Submits naming operations no worker published (a typo, or a caller making names up) cost one read of
+    the whole hash per cache period, not one per submit; a name published since the last read is still found."""
+    server = EmbeddedRedis(appendonly=False, data_dir=str(tmp_path)).start()  # its own: nothing else counts
+    try:
+        client, keys = connect(server.url), Keys("tbcatalog")
+        publish(client, keys, Registry.from_modules(["tasks_backend.demo"]))
+        operations = PublishedOperations(client, keys, cache_s=3600)
+        before = _hgetall_calls(client)
+        for n in range(50):
+            with pytest.raises(UnknownOperation):
+                operations.get(f"made.up{n}")
+        assert _hgetall_calls(client) - before == 2  # the first read, and one again for the first miss
+        assert operations.get("demo.sleep").name == "demo.sleep"
+        assert _hgetall_calls(client) - before == 2
+
+        late = PublishedOperations(client, keys, cache_s=3600)
+        late.get("demo.sleep")
+        client.hset(keys.operations(), "late.op", '1 {"name":"late.op","paramsSchema":{}}')
+        assert late.get("late.op").name == "late.op"  # published since its last read: found on the first miss
+    finally:
+        server.stop()
