@@ -55,7 +55,7 @@ class _Batched(RedisStore):
 
     def __init__(self, store: RedisStore) -> None:
         super().__init__(store.redis, store.keys, max_ttl_ms=store.max_ttl_ms)
-        self._load_scripts()
+        self.scripts.load()
         self._builds: list[Callable[[Any], None]] = []
         self._creating = False
 
