@@ -246,3 +246,22 @@ ALICE = bearer("alice-token")
 BOB = bearer("bob-token")
 OPS = bearer("ops-token")
 
+
+#: Starts the app built from some settings over real HTTP (a web server of its own, stopped after the test).
+Serve = Callable[[Settings], str]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """`serve(settings)` -> the URL of the app built from `settings`."""
+    servers: list[Any] = []
+
+    def start(settings: Settings) -> str:
+        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}"
+
+    yield start
+    for server in servers:
+        server.shutdown()

@@ -3,40 +3,21 @@ A2A blocking send, which waits for a terminal or interrupted state however long 
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from werkzeug.serving import make_server
 
-from adapters.app import create_app
 from tasks_backend.config import Settings
-from tasks_backend.service.runtime import build_runtime
 from tests.adapters.mcp.clients.rpc import LEGACY, MODERN, Legacy, Modern, modern_meta
-from tests.conftest import ALICE, make_settings
+from tests.conftest import ALICE, Serve, make_settings
 
-Serve = Callable[[Settings], str]
 A2A_HEADERS = {**ALICE, "A2A-Version": "1.0"}
 MODERN_HEADERS = {**ALICE, "MCP-Protocol-Version": MODERN, "Mcp-Method": "subscriptions/listen",
                   "Accept": "application/json, text/event-stream"}
 
 
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    servers: list[Any] = []
-
-    def start(settings: Settings) -> str:
-        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
 
 
 def a2a(base: str, method: str, params: dict[str, Any], timeout: float = 10) -> httpx.Response:

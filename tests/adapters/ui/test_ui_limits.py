@@ -4,37 +4,14 @@ principal's request rate, and a long listing's charge is paid by the page's next
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import httpx
-import pytest
-from werkzeug.serving import make_server
 
-from adapters.app import create_app
 from tasks_backend.access.limits import FREE_SCAN, JOBS_PER_REQUEST
-from tasks_backend.config import Settings
 from tasks_backend.service.runtime import build_runtime
-from tests.conftest import ALICE, make_settings
-
-Serve = Callable[[Settings], str]
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    servers: list[Any] = []
-
-    def start(settings: Settings) -> str:
-        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
+from tests.conftest import ALICE, Serve, make_settings
 
 
 @contextmanager

@@ -5,40 +5,18 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import jwt
-import pytest
-from werkzeug.serving import make_server
 
-from adapters.app import create_app
 from tasks_backend.access.auth import JWT_LEEWAY_S, token_digest
-from tasks_backend.config import Settings
-from tasks_backend.service.runtime import build_runtime
-from tests.conftest import ALICE, make_settings, wait_until
+from tests.conftest import ALICE, Serve, make_settings, wait_until
 
-Serve = Callable[[Settings], str]
 SECRET = "k" * 32
 
 
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    servers: list[Any] = []
-
-    def start(settings: Settings) -> str:
-        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
 
 
 def sign_in(page: httpx.Client, token: str) -> httpx.Response:

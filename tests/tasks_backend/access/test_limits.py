@@ -5,39 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from werkzeug.serving import make_server
 
-from adapters.app import create_app
 from tasks_backend.access.auth import Principal
-from tasks_backend.config import Settings
 from tasks_backend.errors import QuotaExceeded, RateLimited
 from tasks_backend.service.runtime import build_runtime
 from tests.adapters.mcp.clients.rpc import LEGACY, Legacy
-from tests.conftest import ALICE, BOB, bearer, make_settings
-
-Serve = Callable[[Settings], str]
-
-
-@pytest.fixture
-def serve() -> Iterator[Serve]:
-    """Serve the app built from `settings` over real HTTP (a web process of its own); stopped after the test."""
-    servers: list[Any] = []
-
-    def start(settings: Settings) -> str:
-        server = make_server("127.0.0.1", 0, create_app(runtime=build_runtime(settings)), threaded=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
+from tests.conftest import ALICE, BOB, Serve, bearer, make_settings
 
 
 def submit(base: str, headers: dict[str, str], **body: Any) -> httpx.Response:
