@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
-from tasks_backend.store.keys import Keys
-from tests.adapters.mcp.test_listen_connections import ANSWER_WITHIN, STOPPED_WITHIN, Web
-from tests.conftest import make_settings, wait_until
-from tests.support.procs import Proc, settings_env, wait_for_http
+from tests.adapters.mcp.test_listen_connections import ANSWER_WITHIN, STOPPED_WITHIN
+from tests.conftest import wait_until
+from tests.support.web_process import Web, web_without_workers
 
 #: The principal's stream slots: the test hangs up twice as many blocking sends, one after another.
 MAX_STREAMS = 3
@@ -29,25 +25,9 @@ MAX_STREAMS = 3
 
 @pytest.fixture
 def web(tmp_path: Path) -> Iterator[Web]:
-    server = EmbeddedRedis(appendonly=False).start()
-    settings = make_settings(f"redis://127.0.0.1:{server.port}")
-    port = free_port()
-    # No worker: the jobs stay queued (parked), so a blocking send on one waits as long as the job lives.
-    proc = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
-                settings_env(settings, TASKS_BACKEND_TOKENS="alice:alice-token",
-                             TASKS_BACKEND_MAX_STREAMS=str(MAX_STREAMS)), tmp_path / "web.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{base}/healthz", proc.popen, tmp_path / "web.log", 60, "tasks-backend web")
-        yield Web(base, redis.Redis.from_url(settings.redis_url, decode_responses=True), Keys(settings.key_prefix))
-    except BaseException:
-        print(proc.output()[-4000:])
-        raise
-    finally:
-        proc.stop()
-        server.stop()
-    # A client hanging up is ordinary: nothing of it shows as an error in the log.
-    assert "Traceback" not in proc.output() and "Error handling request" not in proc.output(), proc.output()[-4000:]
+    with web_without_workers(tmp_path, TASKS_BACKEND_TOKENS="alice:alice-token",
+                             TASKS_BACKEND_MAX_STREAMS=str(MAX_STREAMS)) as started:
+        yield started
 
 
 def blocking_send(web: Web) -> socket.socket:

@@ -10,21 +10,16 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import redis
 
-from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
-from tasks_backend.store.keys import Keys
-from tests.conftest import bearer, make_settings, wait_until
-from tests.support.procs import Proc, settings_env, wait_for_http
+from tests.conftest import bearer, wait_until
+from tests.support.web_process import Web, web_without_workers
 
 #: The attack as reported: listens in a row, each naming this many of the owner's parked jobs.
 LISTENS, TASKS = 150, 32
@@ -39,39 +34,11 @@ LISTEN_HEADERS = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscript
                   "Accept": "application/json, text/event-stream"}
 
 
-class Web:
-    def __init__(self, base: str, store: redis.Redis, keys: Keys) -> None:
-        self.base, self.store, self.keys = base, store, keys
-
-    def clients(self) -> dict[str, Any]:
-        return dict(self.store.info("clients"))
-
-    def blocked_in_xread(self) -> int:
-        """Connections Redis lists as blocked in XREAD (`CLIENT LIST`: flag `b`)."""
-        return sum(1 for c in self.store.client_list() if c["cmd"] == "xread" and "b" in c["flags"])
-
-
 @pytest.fixture
 def web(tmp_path: Path) -> Iterator[Web]:
-    server = EmbeddedRedis(appendonly=False).start()
-    settings = make_settings(f"redis://127.0.0.1:{server.port}")
-    port = free_port()
-    # No worker: the jobs stay queued (parked), so their streams have nothing to say and stay open.
-    proc = Proc([sys.executable, "-m", "tasks_backend.cli", "web", "--workers", "1", "--bind", f"127.0.0.1:{port}"],
-                settings_env(settings, TASKS_BACKEND_TOKENS="alice:alice-token,bob:bob-token",
-                             TASKS_BACKEND_SSE_MAX="60"), tmp_path / "web.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(f"{base}/healthz", proc.popen, tmp_path / "web.log", 60, "tasks-backend web")
-        yield Web(base, redis.Redis.from_url(settings.redis_url, decode_responses=True), Keys(settings.key_prefix))
-    except BaseException:
-        print(proc.output()[-4000:])
-        raise
-    finally:
-        proc.stop()
-        server.stop()
-    # A client hanging up is ordinary: nothing of it shows as an error in the log.
-    assert "Traceback" not in proc.output() and "Error handling request" not in proc.output(), proc.output()[-4000:]
+    with web_without_workers(tmp_path, TASKS_BACKEND_TOKENS="alice:alice-token,bob:bob-token",
+                             TASKS_BACKEND_SSE_MAX="60") as started:
+        yield started
 
 
 def parked_jobs(web: Web, token: str, count: int) -> list[str]:
