@@ -17,17 +17,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import secrets
-import selectors
-import socket
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +30,7 @@ import httpx
 import redis
 
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.devtools.receivers import NeverAnswers, Receiver
 from tasks_backend.store.keys import Keys
 
 from . import procs
@@ -46,67 +42,11 @@ A2A_STATE = {"queued": "TASK_STATE_SUBMITTED", "running": "TASK_STATE_WORKING",
              "failed": "TASK_STATE_FAILED", "cancelled": "TASK_STATE_CANCELED"}
 
 
-class Silent:
-    """Accepts every connection, reads what comes, never answers; closes a connection when its client does."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        self.accepted = self.open = self.most_open = 0
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.sock, selectors.EVENT_READ)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            for key, _ in self.selector.select(0.5):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                if sock is self.sock:
-                    conn, _ = sock.accept()
-                    self.accepted += 1
-                    self.open += 1
-                    self.most_open = max(self.most_open, self.open)
-                    self.selector.register(conn, selectors.EVENT_READ)
-                    continue
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    self.selector.unregister(sock)
-                    sock.close()
-                    self.open -= 1
-
-
-class Healthy:
-    """Answers 200 to each POST and keeps (arrival time, body)."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[float, dict[str, Any]]] = []
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                with receiver.lock:
-                    receiver.posts.append((time.monotonic(), body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-
-    def states(self, task_id: str) -> list[tuple[float, str]]:
-        with self.lock:
-            return [(t, b["statusUpdate"]["status"]["state"]) for t, b in self.posts
-                    if b.get("statusUpdate", {}).get("taskId") == task_id]
+def states(receiver: Receiver, task_id: str) -> list[tuple[float, str]]:
+    """(arrival, A2A state) of each status update the receiver got for the task."""
+    with receiver.lock:
+        return [(t, b["statusUpdate"]["status"]["state"]) for t, b in receiver.arrivals
+                if b.get("statusUpdate", {}).get("taskId") == task_id]
 
 
 def _runs(states: list[str]) -> list[str]:
@@ -147,7 +87,7 @@ class A2A:
                          push_url=push_url)
 
 
-def victim_runs(victim: A2A, healthy: Healthy, store: redis.Redis, keys: Keys, count: int,
+def victim_runs(victim: A2A, healthy: Receiver, store: redis.Redis, keys: Keys, count: int,
                 wait_s: float, for_s: float = 0) -> list[dict[str, Any]]:
     """At least `count` jobs one after the other, and more until `for_s` seconds have passed: first-notification
     latency and whether every owed state came in order (a notification that does not come within `wait_s` is
@@ -161,16 +101,16 @@ def victim_runs(victim: A2A, healthy: Healthy, store: redis.Redis, keys: Keys, c
         task_id = victim.order(n, healthy.url)
         run: dict[str, Any] = {"first_s": None, "missing": ""}
         try:
-            first = _wait(lambda task_id=task_id: healthy.states(task_id), wait_s, "first notification")[0][0]
+            first = _wait(lambda task_id=task_id: states(healthy, task_id), wait_s, "first notification")[0][0]
             run["first_s"] = first - asked
-            _wait(lambda task_id=task_id: any(s == "TASK_STATE_INPUT_REQUIRED" for _, s in healthy.states(task_id)),
+            _wait(lambda task_id=task_id: any(s == "TASK_STATE_INPUT_REQUIRED" for _, s in states(healthy, task_id)),
                   wait_s, "input-required notification")
             victim.send([{"data": {"inputResponses": {"approval": {"approved": True}}}}], task_id=task_id)
-            _wait(lambda task_id=task_id: any(s == "TASK_STATE_COMPLETED" for _, s in healthy.states(task_id)),
+            _wait(lambda task_id=task_id: any(s == "TASK_STATE_COMPLETED" for _, s in states(healthy, task_id)),
                   wait_s, "final notification")
         except TimeoutError as exc:
             run["missing"] = str(exc)
-        got = [s for _, s in healthy.states(task_id)]
+        got = [s for _, s in states(healthy, task_id)]
         feed: Any = store.xrange(keys.events(task_id))
         owed = _runs([A2A_STATE[f["s"]] for _, f in feed])
         out.append({**run, "in_order": not run["missing"] and _runs(got) == owed, "owed": owed, "got": got})
@@ -214,7 +154,7 @@ def main() -> None:
     worker = procs.start("worker", [sys.executable, "-m", "tasks_backend.cli", "worker", "--pool", "threads",
                                     "--concurrency", "4"],
                          env, logs)
-    silent, healthy = Silent(), Healthy()
+    silent, healthy = NeverAnswers(), Receiver(path="/hook")
     store = redis.Redis.from_url(server.url, decode_responses=True)
     keys = Keys(PREFIX)
     try:

@@ -28,6 +28,14 @@ class Web:
         """Connections Redis lists as blocked in XREAD (`CLIENT LIST`: flag `b`)."""
         return sum(1 for c in self.store.client_list() if c["cmd"] == "xread" and "b" in c["flags"])
 
+    def blocked_and_streams(self, principal: str) -> tuple[int, int]:
+        """(blocked clients, the principal's open streams), read in one transaction: figures of the same moment."""
+        pipe = self.store.pipeline(transaction=True)
+        pipe.info("clients")
+        pipe.zcard(self.keys.streams(principal))
+        clients, slots = pipe.execute()
+        return int(clients["blocked_clients"]), int(slots)
+
 
 @contextlib.contextmanager
 def web_without_workers(tmp_path: Path, **env: str) -> Iterator[Web]:

@@ -30,13 +30,13 @@ from adapters.a2a.push import MASK
 from adapters.app import create_app
 from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import free_port
+from tasks_backend.devtools.receivers import Receiver
 from tasks_backend.push.subscriptions import MAX_CONFIGS_PER_JOB, PushStore
 from tasks_backend.service.runtime import build_runtime
 from tests.adapters.a2a.test_a2a import a2a_client, error_code, order, rpc, send, state
 from tests.conftest import make_settings, wait_until
 from tests.support.lag import LaggyRelay
 from tests.support.procs import Proc, worker_process
-from tests.tasks_backend.push.test_push import Receiver
 from tests.tasks_backend.push.test_webhook import REFUSED, url_of
 
 

@@ -44,20 +44,12 @@ def blocking_send(web: Web) -> socket.socket:
 
 
 def test_a_hung_up_blocking_send_stops_reading_and_gives_its_slot_back_after(web: Web) -> None:
-    streams_key = web.keys.streams("alice")
-
-    def snapshot() -> tuple[int, int]:
-        # One transaction, so the two figures are of the same moment: (blocked clients, alice's open streams).
-        pipe = web.store.pipeline(transaction=True)
-        pipe.info("clients")
-        pipe.zcard(streams_key)
-        clients, slots = pipe.execute()
-        return int(clients["blocked_clients"]), int(slots)
 
     for _ in range(2 * MAX_STREAMS):  # were a hung-up send's slot kept, the fourth would be refused
         sock = blocking_send(web)
         try:
-            wait_until(lambda: snapshot() == (1, 1), ANSWER_WITHIN, message="the send's blocking read")
+            wait_until(lambda: web.blocked_and_streams("alice") == (1, 1), ANSWER_WITHIN,
+                       message="the send's blocking read")
             assert web.blocked_in_xread() == 1, web.store.client_list()
             sock.setblocking(False)
             with pytest.raises(BlockingIOError):  # held, not answered (as a refusal would be)
@@ -67,7 +59,7 @@ def test_a_hung_up_blocking_send_stops_reading_and_gives_its_slot_back_after(web
         hung_up = time.monotonic()
 
         seen = []
-        while (now := snapshot()) != (0, 0):
+        while (now := web.blocked_and_streams("alice")) != (0, 0):
             seen.append(now)
             assert time.monotonic() - hung_up < STOPPED_WITHIN, f"still reading after the hang-up: {seen[-5:]}"
             time.sleep(0.005)

@@ -82,15 +82,6 @@ def first_event_within(web: Web, job_id: str) -> tuple[int, float]:
 
 def test_a_listen_holds_one_connection_and_its_slot_until_its_reading_ended_after_a_hang_up(web: Web) -> None:
     jobs = parked_jobs(web, "alice-token", TASKS)
-    streams_key = web.keys.streams("alice")
-
-    def snapshot() -> tuple[int, int]:
-        # One transaction, so the two figures are of the same moment: (blocked clients, alice's open streams).
-        pipe = web.store.pipeline(transaction=True)
-        pipe.info("clients")
-        pipe.zcard(streams_key)
-        clients, slots = pipe.execute()
-        return int(clients["blocked_clients"]), int(slots)
 
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
                        "params": {"notifications": {"taskIds": jobs}, "_meta": META}})
@@ -106,11 +97,11 @@ def test_a_listen_holds_one_connection_and_its_slot_until_its_reading_ended_afte
         # Waiting for the next change of 32 tasks: one connection blocked in one XREAD, not one per task.
         wait_until(lambda: web.blocked_in_xread() >= 1, ANSWER_WITHIN, message="the listen's blocking read")
         assert web.blocked_in_xread() == 1, web.store.client_list()
-        assert snapshot() == (1, 1)
+        assert web.blocked_and_streams("alice") == (1, 1)
     hung_up = time.monotonic()  # the client closed the connection
 
     seen = []
-    while (now := snapshot()) != (0, 0):
+    while (now := web.blocked_and_streams("alice")) != (0, 0):
         seen.append(now)
         assert time.monotonic() - hung_up < STOPPED_WITHIN, f"still reading after the hang-up: {seen[-5:]}"
         time.sleep(0.005)

@@ -6,8 +6,6 @@ production, default timeout and concurrency), real receivers on loopback sockets
 
 from __future__ import annotations
 
-import selectors
-import socket
 import threading
 import time
 import uuid
@@ -24,6 +22,7 @@ from adapters.app import create_app
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import free_port
+from tasks_backend.devtools.receivers import NeverAnswers, Receiver
 from tasks_backend.model.domain import JobState
 from tasks_backend.push.fair import Breakers, FairPool, target_of
 from tasks_backend.push.subscriptions import PushStore
@@ -31,57 +30,10 @@ from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.adapters.a2a.test_a2a import rpc
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import Proc, worker_process
-from tests.tasks_backend.push.test_push import Receiver
 
 #: The attack of the issue, in full (`bench.push_fair` measures it over HTTP for the docs).
 ATTACK_JOBS = 500
 CONFIGS_PER_JOB = 10
-
-
-class NeverAnswers:
-    """A receiver that accepts every connection, reads nothing and never answers; a connection is closed
-    when its client gives up. Counts connections accepted and the most open at once."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0), backlog=512)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        self.accepted = 0
-        self.open = 0
-        self.most_open = 0
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self.sock, selectors.EVENT_READ)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stopped.is_set():
-            for key, _ in self._selector.select(0.1):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                if sock is self.sock:
-                    conn, _ = self.sock.accept()
-                    self.accepted += 1
-                    self.open += 1
-                    self.most_open = max(self.most_open, self.open)
-                    self._selector.register(conn, selectors.EVENT_READ)
-                    continue
-                # Readable: the request (left unread in the buffer would keep it readable) or the client's close.
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    self._selector.unregister(sock)
-                    sock.close()
-                    self.open -= 1
-
-    def close(self) -> None:
-        self._stopped.set()
-        self._thread.join(5)
-        for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
-        self._selector.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ Real Redis, a real worker running the jobs, and a real webhook receiver on loopb
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -17,53 +15,13 @@ from adapters.a2a.push import Contexts, normalize_config
 from adapters.protocol import push_formats
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
+from tasks_backend.devtools.receivers import Receiver
 from tasks_backend.errors import InvalidParams
 from tasks_backend.push.delivery import PushDeliverer, backoff_ms
 from tasks_backend.push.subscriptions import MAX_CONFIGS_PER_JOB, Cursor, PushStore
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.job_meta import JobMeta
 from tests.conftest import wait_until
-
-
-class Receiver:
-    """A webhook receiver on loopback that records each POST; the first `fail_first` get a 500."""
-
-    def __init__(self, fail_first: int = 0) -> None:
-        self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
-        self.attempts = 0
-        self.fail_first = fail_first
-        self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with receiver.lock:
-                    receiver.attempts += 1
-                    failing = receiver.attempts <= receiver.fail_first
-                    if not failing:
-                        receiver.calls.append((dict(self.headers.items()), json.loads(body)))
-                self.send_response(500 if failing else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook?src=test"
-
-    def bodies(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [body for _, body in self.calls]
-
-    def states(self) -> list[str]:
-        return [b["statusUpdate"]["status"]["state"] for b in self.bodies() if "statusUpdate" in b]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

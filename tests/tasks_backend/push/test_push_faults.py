@@ -24,13 +24,13 @@ from adapters.a2a.push import Contexts
 from adapters.protocol import push_formats
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
+from tasks_backend.devtools.receivers import Receiver
 from tasks_backend.errors import StoreUnavailable
 from tasks_backend.model.domain import JobRecord
 from tasks_backend.push.delivery import PushDeliverer
 from tasks_backend.push.subscriptions import Cursor, PushStore, post_event
 from tasks_backend.service.runtime import Runtime
 from tests.conftest import wait_until
-from tests.tasks_backend.push.test_push import Receiver
 
 ALICE, BOB = Principal("alice"), Principal("bob")
 

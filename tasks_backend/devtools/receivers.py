@@ -1,0 +1,101 @@
+"""Webhook receivers on loopback for trying push delivery: one that records each POST (and can fail the first
+few), and one that accepts connections and never answers."""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Receiver:
+    """Records each POST: `calls` as (headers, body) and `arrivals` as (monotonic time, body); the first
+    `fail_first` attempts get a 500 and are not recorded."""
+
+    def __init__(self, fail_first: int = 0, path: str = "/hook?src=test") -> None:
+        self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.arrivals: list[tuple[float, dict[str, Any]]] = []
+        self.attempts = 0
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.lock:
+                    receiver.attempts += 1
+                    failing = receiver.attempts <= receiver.fail_first
+                    if not failing:
+                        decoded = json.loads(body)
+                        receiver.calls.append((dict(self.headers.items()), decoded))
+                        receiver.arrivals.append((time.monotonic(), decoded))
+                self.send_response(500 if failing else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
+
+    def bodies(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [body for _, body in self.calls]
+
+    def states(self) -> list[str]:
+        return [b["statusUpdate"]["status"]["state"] for b in self.bodies() if "statusUpdate" in b]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class NeverAnswers:
+    """Accepts every connection, reads what comes and never answers; closes a connection when its client gives
+    up. Counts connections accepted and the most open at once."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        self.accepted = self.open = self.most_open = 0
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.sock, selectors.EVENT_READ)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stopped.is_set():
+            for key, _ in self._selector.select(0.1):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self.sock:
+                    conn, _ = self.sock.accept()
+                    self.accepted += 1
+                    self.open += 1
+                    self.most_open = max(self.most_open, self.open)
+                    self._selector.register(conn, selectors.EVENT_READ)
+                    continue
+                # Readable: the request (left unread in the buffer would keep it readable) or the client's close.
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._selector.unregister(sock)
+                    sock.close()
+                    self.open -= 1
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(5)
+        for key in list(self._selector.get_map().values()):
+            key.fileobj.close()  # type: ignore[union-attr]
+        self._selector.close()
