@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,16 @@ class Web:
         pipe.zcard(self.keys.streams(principal))
         clients, slots = pipe.execute()
         return int(clients["blocked_clients"]), int(slots)
+
+    def assert_released(self, principal: str, *, since: float, within: float) -> None:
+        """Nothing reads for the principal and its stream slot is free within `within` seconds of `since` (a
+        monotonic time), and the slot was never free while a read for it went on."""
+        seen = []
+        while (now := self.blocked_and_streams(principal)) != (0, 0):
+            seen.append(now)
+            assert time.monotonic() - since < within, f"still reading after the hang-up: {seen[-5:]}"
+            time.sleep(0.005)  # a poll of Redis's own figures, not a wait for the thing itself
+        assert all(slots == 1 for blocked, slots in seen if blocked), seen
 
 
 @contextlib.contextmanager
