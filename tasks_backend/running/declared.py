@@ -1,12 +1,5 @@
-"""Schedules declared in code, beside the jobs they run, as Celery beat's users declare theirs.
-
-    from tasks_backend import job, schedule
-
-    @job("reports.daily")
-    def daily(ctx): ...
-
-    nightly = schedule("nightly-report", "reports.daily", cron="0 3 * * *", timezone="Europe/Paris",
-                       owner="reports-bot")
+"""Schedules declared in code, beside the jobs they run, as Celery beat's users declare theirs:
+`nightly = schedule("nightly-report", "reports.daily", cron="0 3 * * *", owner="reports-bot")` in a job module.
 
 `owner` is the principal the schedule and its jobs belong to: give that principal a token
 (`tasks-backend token add reports-bot`) to read them. A declaration only marks a module variable; a worker
