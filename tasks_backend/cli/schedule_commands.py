@@ -59,7 +59,7 @@ def list_schedules(client: Client, as_json: bool) -> None:
         return
     header = ("name", "operation", "when", "paused", "nextRunAt", "lastJobId")
     rows = [(s["name"], s["operation"],
-             s.get("cron") and f"{s['cron']} ({s['timezone']})" or f"every {s['everySeconds']}s",
+             f"{s['cron']} ({s['timezone']})" if s.get("cron") else f"every {s['everySeconds']}s",
              "yes" if s["paused"] else "no", s["nextRunAt"], s.get("lastJobId") or "") for s in schedules]
     if not _out().is_terminal:  # piped: one schedule a line, tab-separated
         for row in (header, *rows):

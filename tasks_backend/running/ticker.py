@@ -79,16 +79,16 @@ class Ticker:
                 settle.append((schedule.owner, schedule.name, leased, next_ms))
             # else: changed since read (another ticker, a pause, a new definition); its writer set its entry
         made: list[tuple[Schedule, tuple[int, ...], list[str]]] = []
-        for schedule, ticks in work:
+        for schedule, pending in work:
             try:
-                made.append((schedule, ticks, [self.fire(schedule, tick) for tick in ticks]))
+                made.append((schedule, pending, [self.fire(schedule, tick) for tick in pending]))
             except Exception as exc:  # left pending: the entry's lease lapses and a pass tries again
                 log.warning("schedule %r of %r: job not made (%s)", schedule.name, schedule.owner, exc)
                 done.failed.append(schedule.name)
-        for (schedule, ticks, job_ids), next_ms in zip(made, self.store.finish_many(made), strict=True):
+        for (schedule, _, job_ids), following in zip(made, self.store.finish_many(made), strict=True):
             done.jobs += len(job_ids)
-            if next_ms is not None:
-                settle.append((schedule.owner, schedule.name, leased, next_ms))
+            if following is not None:
+                settle.append((schedule.owner, schedule.name, leased, following))
         self.store.settle(settle)
         if settle:
             done.next_due_ms = min([t for *_, t in settle if t is not None] + [done.next_due_ms or 2**62])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import builtins
 from collections.abc import Iterable
 from typing import Any
 
@@ -89,14 +90,14 @@ class ScheduleService:
         return self.get(owner, name)
 
     def jobs_of(self, who: Principal | str, name: str, *, limit: int = 50,
-                cursor: str | None = None) -> tuple[list[JobRecord], str | None]:
+                cursor: str | None = None) -> tuple[builtins.list[JobRecord], str | None]:
         """The jobs the schedule `name` made that the caller owns, newest tick first (also after the
         schedule was deleted, while the jobs live)."""
         owner = as_principal(who).name
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
         position = decode_cursor(cursor) if cursor else None
-        out: list[JobRecord] = []
+        out: builtins.list[JobRecord] = []
         last: tuple[float, str] | None = None
         while page := self.store.jobs_page(owner, name, position, limit + 1):
             records = self.jobs.store.get_many([job_id for job_id, _ in page])
@@ -125,7 +126,7 @@ class ScheduleService:
     def ticker(self, **options: Any) -> Ticker:
         return Ticker(self.store, self.fire, **options)
 
-    def declare(self, declared: Iterable[DeclaredSchedule]) -> list[Schedule]:
+    def declare(self, declared: Iterable[DeclaredSchedule]) -> builtins.list[Schedule]:
         """Put schedules declared in code in place: made if missing, left alone if unchanged, replaced if
         their definition changed (the code is their source); idempotent, so every process may call it."""
         out = []

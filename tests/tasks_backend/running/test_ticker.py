@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ def ticks_made(service: ScheduleService, owner: str, name: str) -> list[int]:
 def assert_one_job_per_tick(service: ScheduleService, owner: str, name: str, period_ms: int) -> list[int]:
     ticks = ticks_made(service, owner, name)
     assert len(ticks) == len(set(ticks)), f"a tick made two jobs: {ticks}"
-    assert [b - a for a, b in zip(ticks, ticks[1:], strict=False)] == [period_ms] * (len(ticks) - 1), ticks
+    assert [b - a for a, b in itertools.pairwise(ticks)] == [period_ms] * (len(ticks) - 1), ticks
     # Every job of the owner that names the schedule is one of those (none made twice under another key).
     jobs, _ = service.jobs.list(owner, limit=200)
     assert len([j for j in jobs if j.schedule == name]) == len(ticks)
