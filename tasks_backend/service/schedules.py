@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..access.auth import Principal
-from ..errors import BadRequest, JobNotFound, ScheduleConflict, ScheduleNotFound
+from ..errors import BadRequest, InvalidParams, ScheduleConflict, ScheduleNotFound, UnknownOperation
 from ..model.domain import JobRecord
 from ..model.schedules import Schedule, ScheduleSpec, bad, check_spec
 from ..running.declared import DeclaredSchedule
@@ -35,13 +35,14 @@ class ScheduleService:
         def load_params(operation: str, params: Any) -> dict[str, Any]:
             try:
                 spec = self.jobs.registry.get(operation)
-            except JobNotFound:  # pragma: no cover - a registry raises UnknownOperation
-                raise bad("operation", "must name a registered operation") from None
-            except BadRequest as exc:
-                if not exc.extra.get("errors"):
-                    exc.extra["errors"] = {"operation": ["must name a registered operation"]}
+            except UnknownOperation as exc:
+                exc.extra.setdefault("errors", {"operation": ["must name a registered operation"]})
                 raise
-            return spec.dump_params(spec.load_params(params))
+            try:
+                return spec.dump_params(spec.load_params(params))
+            except InvalidParams as exc:
+                exc.extra.setdefault("errors", {"params": [exc.detail]})
+                raise
 
         return check_spec(body, load_params)
 

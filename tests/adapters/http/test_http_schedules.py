@@ -93,6 +93,7 @@ GOOD = {"name": "ok", "operation": "test.noop", "params": {}, "everySeconds": 5}
     ({"name": "x" * 101}, "name"),
     ({"operation": "no.such"}, "operation"),
     ({"operation": "test.steps", "params": {}}, "ledger"),
+    ({"params": 5}, "params"),
     ({"every": 5}, "every"),
 ])
 def test_every_bad_input_is_a_422_naming_its_field(http: httpx.Client, change: dict[str, Any], field: str) -> None:
