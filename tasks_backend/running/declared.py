@@ -2,7 +2,7 @@
 `nightly = schedule("nightly-report", "reports.daily", cron="0 3 * * *", owner="reports-bot")` in a job module.
 
 `owner` is the principal the schedule and its jobs belong to: give that principal a token
-(`tasks-backend token add reports-bot`) to read them. A declaration only marks a module variable; a worker
+(`tasks-backend token add reports-bot`), or name a JWT's (`jwt:<sub>`), to read them. A declaration only marks a module variable; a worker
 and a sweeper collect the declarations of the job modules (`TASKS_BACKEND_JOBS`) when they start and put
 them in place (`ScheduleService.declare`): made if missing, unchanged if the same, replaced if edited.
 """
@@ -43,8 +43,10 @@ def schedule(name: str, operation: str, *, owner: str, params: dict[str, Any] | 
              priority: int = 5) -> DeclaredSchedule:
     """Declare the schedule `name`: `operation` with `params` at each tick of `cron` (in `timezone`) or
     `every` seconds, owned by the principal `owner`. Assign it to a module variable of a job module."""
-    if not owner or any(c in owner for c in ":\n\r#"):
-        raise ValueError("a schedule's owner is a principal's name (no ':', '#' or newlines)")
+    bare = owner.removeprefix("jwt:")
+    if not bare or any(c in bare for c in ":\n\r#"):
+        raise ValueError("a schedule's owner is a principal's name (a token's: no ':', '#' or newlines; or a "
+                         "JWT's: 'jwt:' and its subject)")
     return DeclaredSchedule(name=name, operation=operation, owner=owner, params=dict(params or {}), cron=cron,
                             every=every, timezone=timezone, catch_up=catch_up, priority=priority)
 
