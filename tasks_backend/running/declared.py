@@ -2,9 +2,9 @@
 `nightly = schedule("nightly-report", "reports.daily", cron="0 3 * * *", owner="reports-bot")` in a job module.
 
 `owner` is the principal the schedule and its jobs belong to: give that principal a token
-(`tasks-backend token add reports-bot`), or name a JWT's (`jwt:<sub>`), to read them. A declaration only marks a module variable; a worker
-and a sweeper collect the declarations of the job modules (`TASKS_BACKEND_JOBS`) when they start and put
-them in place (`ScheduleService.declare`): made if missing, unchanged if the same, replaced if edited.
+(`tasks-backend token add reports-bot`), or name a JWT's (`jwt:<sub>`), to read them. A declaration only
+marks a module variable; a worker and a sweeper collect the declarations of the job modules
+(`TASKS_BACKEND_JOBS`) when they start and put them in place (`ScheduleService.declare`).
 """
 
 from __future__ import annotations

@@ -8,16 +8,16 @@ put in place by `declare` when a worker or a sweeper starts.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import secrets
-import builtins
 from collections.abc import Iterable
 from typing import Any
 
 from ..access.auth import Principal
 from ..errors import BadRequest, InvalidParams, ScheduleConflict, ScheduleNotFound, UnknownOperation
 from ..model.domain import JobRecord
-from ..model.schedules import Schedule, ScheduleSpec, bad, check_spec
+from ..model.schedules import Schedule, ScheduleSpec, check_spec
 from ..running.declared import DeclaredSchedule
 from ..running.ticker import Ticker
 from ..store.schedules import ScheduleStore
