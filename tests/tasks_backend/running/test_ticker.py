@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tasks_backend.model.schedules import Schedule
-from tasks_backend.running.ticker import Ticker
+from tasks_backend.running.ticker import Pass, Ticker
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.service.schedules import ScheduleService
 from tests.conftest import make_settings, wait_until
@@ -127,3 +127,11 @@ def test_catch_up_after_a_ten_second_stop(own: Runtime) -> None:
     wait_until(lambda: ticker.tick_once() and len(ticks_made(service, "alice", "latest")) > count["latest"],
                timeout=5, message="the next tick")
     assert len(ticks_made(service, "alice", "none")) == count["none"]  # paused: nothing
+
+
+def test_the_ticker_sleeps_until_the_earliest_due_schedule_and_no_longer_than_half_a_second(own: Runtime) -> None:
+    ticker = own.schedules().ticker()
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=1_200)) == 0.2
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=500)) == 0.0
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=60_000)) == 0.5  # a schedule defined meanwhile
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=None)) == 0.5
