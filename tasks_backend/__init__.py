@@ -9,6 +9,7 @@ from .access.auth import Principal
 from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
+from .running.declared import schedule
 from .running.execution import JobContext
 from .running.registry import job
 from .service.jobs import JobService
@@ -20,6 +21,7 @@ __all__ = [
     # defining jobs
     "JobContext",
     "job",
+    "schedule",
     # using the service in process
     "JobRecord",
     "JobService",

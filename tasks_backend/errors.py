@@ -73,6 +73,13 @@ class JobNotFound(TasksBackendError):
     title = "Not found"
 
 
+class ScheduleNotFound(JobNotFound):
+    # Another owner's schedule reads exactly like a missing one.
+    message = "No such schedule."
+    slug = "schedule-not-found"
+    title = "Schedule not found"
+
+
 class Conflict(TasksBackendError):
     message = "The job is not in a state that allows this."
     slug = "conflict"
@@ -89,6 +96,12 @@ class NotWaitingForInput(Conflict):
     message = "The job is not waiting for input."
     slug = "not-waiting-for-input"
     title = "Not waiting for input"
+
+
+class ScheduleConflict(Conflict):
+    message = "A schedule of this name exists with another definition; delete it first."
+    slug = "schedule-conflict"
+    title = "Schedule exists"
 
 
 class IdempotencyConflict(TasksBackendError):

@@ -9,6 +9,7 @@ from celery import signals
 
 from tasks_backend.config import Settings
 from tasks_backend.push.subscriptions import PushFormat
+from tasks_backend.service.runtime import build_runtime
 
 from . import push, stopping
 from .celery_app import create_celery
@@ -22,6 +23,7 @@ def start_worker(argv: Sequence[str] = (), settings: Settings | None = None, *, 
     to the queue rather than waiting for them (see `workers.stopping`); `push_formats` (format name ->
     format: the command line passes every adapter's) are the formats push subscriptions are posted in."""
     settings = settings or Settings.from_env()
+    build_runtime(settings).declare_schedules()
     app = create_celery(settings)
     push.install(app, settings, push_formats or {})
     stopping.install(app, quiet=quiet, hand_back=hand_back)

@@ -92,10 +92,19 @@ def list_jobs() -> Response:
         limit = int(request.args.get("limit", "50"))
     except ValueError as exc:
         raise BadRequest("`limit` must be an integer.") from exc
-    # An empty `status=` is a status that names nothing (a 400), not "any status".
-    records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
-                                      cursor=request.args.get("cursor") or None)
-    return jsonify({"jobs": [handle(r) | {"operation": r.operation} for r in records], "nextCursor": cursor})
+    schedule = request.args.get("schedule")
+    if schedule is not None:  # the jobs a schedule made (its own index), newest tick first
+        if request.args.get("status") is not None:
+            raise BadRequest("`schedule` and `status` cannot be combined.")
+        runtime: Runtime = current_app.extensions["tasks_backend"]
+        records, cursor = runtime.schedules().jobs_of(g.principal, schedule, limit=limit,
+                                                      cursor=request.args.get("cursor") or None)
+    else:
+        # An empty `status=` is a status that names nothing (a 400), not "any status".
+        records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
+                                          cursor=request.args.get("cursor") or None)
+    return jsonify({"jobs": [handle(r) | {"operation": r.operation} | ({"schedule": r.schedule} if r.schedule else {})
+                             for r in records], "nextCursor": cursor})
 
 
 @bp.get("/jobs/<job_id>")

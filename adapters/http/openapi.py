@@ -37,6 +37,53 @@ _HANDLE = {
 }
 
 
+_SCHEDULE_FIELDS: dict[str, Any] = {
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"},
+    "params": {"type": "object"},
+    "cron": {"type": "string", "description": "Five fields, e.g. `*/5 * * * *`, in `timezone`."},
+    "everySeconds": {"type": "integer", "minimum": 1, "maximum": 100_000_000},
+    "timezone": {"type": "string", "description": "An IANA time zone name; default UTC."},
+    "catchUp": {"enum": ["none", "latest", "all"], "description": "What ticks missed while nothing ran get."},
+    "priority": {"type": "integer", "minimum": 0, "maximum": 9},
+}
+_SCHEDULE = {
+    "type": "object",
+    "required": ["name", "operation", "params", "timezone", "catchUp", "priority", "paused", "nextRunAt",
+                 "lastRunAt", "lastJobId"],
+    "properties": {**_SCHEDULE_FIELDS, "operation": {"type": "string"}, "paused": {"type": "boolean"},
+                   "nextRunAt": {"type": "string", "format": "date-time"},
+                   "lastRunAt": {"type": ["string", "null"], "format": "date-time"},
+                   "lastJobId": {"type": ["string", "null"], "format": "uuid"}},
+}
+
+
+def _schedule_paths(operations: list[str]) -> dict[str, Any]:
+    name = {"name": "name", "in": "path", "required": True, "schema": _SCHEDULE_FIELDS["name"]}
+    body = {"type": "object", "required": ["name", "operation"], "additionalProperties": False,
+            "properties": {**_SCHEDULE_FIELDS, "operation": {"enum": operations}},
+            "oneOf": [{"required": ["cron"], "not": {"required": ["everySeconds"]}},
+                      {"required": ["everySeconds"], "not": {"required": ["cron"]}}]}
+    one = {**_answer("200", "The schedule", "Schedule"), **_errors("404")}
+    return {
+        "/v1/schedules": {
+            "post": {"summary": "Define a recurring job", "requestBody": {
+                "required": True, "content": {"application/json": {"schema": body}}},
+                "responses": {**_answer("201", "Defined", "Schedule"),
+                              **_answer("200", "Already defined so", "Schedule"),
+                              **_errors("400", "409", "413", "422")}},
+            "get": {"summary": "List your schedules",
+                    "responses": {**_answer("200", "Your schedules", "ScheduleList"), **_errors()}}},
+        "/v1/schedules/{name}": {
+            "get": {"summary": "A schedule", "parameters": [name], "responses": one},
+            "delete": {"summary": "Delete a schedule (the jobs it made stay)", "parameters": [name],
+                       "responses": {"204": {"description": "Deleted"}, **_errors("404")}}},
+        "/v1/schedules/{name}/pause": {"post": {"summary": "Pause a schedule", "parameters": [name],
+                                                "responses": one}},
+        "/v1/schedules/{name}/resume": {"post": {"summary": "Resume a schedule from its next tick",
+                                                 "parameters": [name], "responses": one}},
+    }
+
+
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -74,7 +121,9 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"},
-                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."},
+                {"name": "schedule", "in": "query", "schema": {"type": "string"},
+                 "description": "Only the jobs the schedule of this name made (not with `status`)."}],
                 "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
@@ -96,6 +145,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "parameters": [job_id],
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
+        **_schedule_paths([spec.name for spec in runtime.registry]),
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],
@@ -114,6 +164,9 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 "Handle": _HANDLE,
                 "JobList": {"type": "object", "properties": {"jobs": {"type": "array", "items": _ref("Handle")},
                                                              "nextCursor": {"type": ["string", "null"]}}},
+                "Schedule": _SCHEDULE,
+                "ScheduleList": {"type": "object", "required": ["schedules"],
+                                 "properties": {"schedules": {"type": "array", "items": _ref("Schedule")}}},
                 "Problem": {"type": "object", "properties": {"type": {"type": "string"}, "title": {"type": "string"},
                                                              "status": {"type": "integer"},
                                                              "detail": {"type": "string"}}},

@@ -216,6 +216,12 @@ def jobs() -> str:
                            statuses=sorted(STATES_FOR_STATUS), next_cursor=next_cursor, paged=bool(cursor))
 
 
+@bp.get("/schedules")
+def schedules() -> str:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    return render_template("ui/schedules.html", schedules=[s.wire() for s in runtime.schedules().list(g.principal)])
+
+
 @bp.get("/waiting")
 def waiting() -> str:
     records, more = _service().list(g.principal, status="input_required", limit=PAGE_SIZE,

@@ -17,6 +17,7 @@ from tasks_backend.serving.logs import configure_logging
 
 from .client_commands import register_client_commands
 from .run import run
+from .schedule_commands import schedule
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,13 +82,20 @@ def worker(ctx: click.Context, hand_back_on_stop: bool) -> None:
 
 @main.command()
 def sweeper() -> None:
-    """Run the sweeper loop (safe to run on several machines)."""
+    """Run the sweeper loop and the schedules' ticker (both safe to run on several machines)."""
     from tasks_backend.service.runtime import build_runtime
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    runtime = build_runtime()
+    runtime.declare_schedules()
+    ticker = threading.Thread(target=runtime.schedules().ticker().run_forever, args=(stop,), name="ticker",
+                              daemon=True)
+    ticker.start()
     with contextlib.suppress(KeyboardInterrupt):
-        build_runtime().sweeper().run_forever(stop)
+        runtime.sweeper().run_forever(stop)
+    stop.set()
+    ticker.join(5)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -105,6 +113,7 @@ def flower(ctx: click.Context) -> None:
 
 
 main.add_command(run)
+main.add_command(schedule)
 register_client_commands(main)
 
 if __name__ == "__main__":

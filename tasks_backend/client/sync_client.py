@@ -6,6 +6,7 @@ import builtins
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -87,6 +88,26 @@ class Client(_Base[httpx.Client]):
 
     def operations(self) -> builtins.list[dict[str, Any]]:
         return list(self._request("GET", "/v1/operations").json()["operations"])
+
+    # -- schedules (plain JSON: the schedule as the API gives it) -------------------------------------
+    def add_schedule(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Define a schedule (`POST /v1/schedules`); the same definition again returns it as it stands."""
+        return dict(self._request("POST", "/v1/schedules", json=dict(body)).json())
+
+    def schedules(self) -> builtins.list[dict[str, Any]]:
+        return list(self._request("GET", "/v1/schedules").json()["schedules"])
+
+    def schedule(self, name: str) -> dict[str, Any]:
+        return dict(self._request("GET", f"/v1/schedules/{quote(name, safe='')}").json())
+
+    def delete_schedule(self, name: str) -> None:
+        self._request("DELETE", f"/v1/schedules/{quote(name, safe='')}")
+
+    def pause_schedule(self, name: str) -> dict[str, Any]:
+        return dict(self._request("POST", f"/v1/schedules/{quote(name, safe='')}/pause").json())
+
+    def resume_schedule(self, name: str) -> dict[str, Any]:
+        return dict(self._request("POST", f"/v1/schedules/{quote(name, safe='')}/resume").json())
 
     def events(self, job_id: str) -> Iterator[Job]:
         """Each change of the job as the server streams it, until it is done; reconnects as needed."""

@@ -93,6 +93,8 @@ class JobRecord:
     token: int = 0
     lease_until_ms: int = 0
     idempotency_key: str | None = None
+    #: The name of the schedule whose tick made the job (None: submitted).
+    schedule: str | None = None
 
     @property
     def params(self) -> dict[str, Any]:

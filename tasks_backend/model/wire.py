@@ -28,6 +28,8 @@ def detailed(record: JobRecord) -> dict[str, Any]:
     """The handle plus what its state carries: result, error or open input requests."""
     out = handle(record)
     out["operation"] = record.operation
+    if record.schedule is not None:
+        out["schedule"] = record.schedule
     if record.progress is not None:
         out["progress"] = {"done": record.progress, "total": record.total}
     if record.state is JobState.COMPLETED:

@@ -13,9 +13,10 @@ from ..access.auth import Authenticator
 from ..access.gate import Gate
 from ..access.limits import Limiter
 from ..config import Settings
-from ..errors import StoreUnavailable
+from ..errors import ServiceUnavailable, StoreUnavailable
 from ..push.subscriptions import PushStore
 from ..running.catalog import PublishedOperations
+from ..running.declared import declared_in
 from ..running.dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatcher
 from ..running.execution import Executor
 from ..running.rabbitmq import is_amqp
@@ -28,6 +29,7 @@ from ..store.jobs import RedisStore
 from ..store.keys import Keys
 from ..store.sentinel import is_sentinel_url
 from .jobs import JobService
+from .schedules import ScheduleService
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class Runtime:
     stream_service: JobService | None = None
     _executor: Executor | None = field(default=None, repr=False)
     _push: PushStore | None = field(default=None, repr=False)
+    _schedules: ScheduleService | None = field(default=None, repr=False)
 
     def executor(self) -> Executor:
         """This process's executor (one per process, so one lease keeper thread per process)."""
@@ -60,6 +63,20 @@ class Runtime:
 
     def sweeper(self) -> Sweeper:
         return Sweeper(self.store, self.dispatcher, self.settings)
+
+    def schedules(self) -> ScheduleService:
+        """Recurring jobs over this runtime's job service (one per process)."""
+        if self._schedules is None:
+            self._schedules = ScheduleService(self.service)
+        return self._schedules
+
+    def declare_schedules(self) -> None:
+        """Put in place the schedules the job modules declare (see `running.declared`); a process that
+        cannot reach Redis now logs it and goes on (the next process to start puts them in place)."""
+        try:
+            self.schedules().declare(declared_in(self.settings.job_modules))
+        except ServiceUnavailable:
+            log.warning("declared schedules not put in place: Redis is unreachable")
 
     def authenticator(self) -> Authenticator:
         return Authenticator(self.settings)

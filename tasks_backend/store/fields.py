@@ -53,6 +53,7 @@ FIELDS: tuple[Field, ...] = (
           "sweep_one; claim drops it"),
     Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
     Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
+    Field("sched", "the name of the schedule whose tick made the job", "schedules.mark_job"),
 )
 
 #: Field names by name, to look one up.
@@ -111,6 +112,7 @@ def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
         token=int(raw.get(TOKEN) or 0),
         lease_until_ms=int(raw.get(LEASE) or 0),
         idempotency_key=raw.get("idem") or None,
+        schedule=raw.get("sched") or None,
     )
 
 

@@ -78,6 +78,18 @@ class Keys:
     #: the owner-index score up to which the last prune read (jobs indexed after it count as unfinished)
     active_mark = _OwnerKey("activemark")
     streams = _OwnerKey("streams")  #: open streams (sorted set: stream id -> lease expiry, ms)
+    #: the owner's schedules (sorted set: schedule name -> creation, ms); expires with the last of them
+    schedules = _OwnerKey("scheds")
+
+    def schedule(self, owner: str, name: str) -> str:
+        """One schedule (hash; its fields: `store.schedules`), under its owner's tag; expires a TTL ceiling
+        after its next run (every tick pushes that on)."""
+        return f"{self.owner_tag(owner)}:sched:{_digest(name)}"
+
+    def schedule_jobs(self, owner: str, name: str) -> str:
+        """The jobs a schedule made (sorted set: job id -> tick time, ms), for `GET /v1/jobs?schedule=`;
+        expires with the schedule."""
+        return f"{self.owner_tag(owner)}:schedjobs:{_digest(name)}"
 
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
@@ -92,6 +104,9 @@ class Keys:
     sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
     #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
     push_due = _SystemKey("push:due")
+    #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at
+    #: the TTL ceiling on every write
+    schedules_due = _SystemKey("sched:due")
     #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")

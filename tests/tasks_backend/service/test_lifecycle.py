@@ -119,6 +119,13 @@ def test_every_key_the_product_writes_has_a_ttl(runtime: Runtime, client: Any, t
         wait_until(lambda job=job: svc.get(alice, job.id).terminal, message="terminal")
     svc.list(alice)
     runtime.sweeper().sweep_once()
+    schedules, name = runtime.schedules(), f"leak-{secrets.token_hex(3)}"
+    for each in (name, f"{name}-gone"):
+        schedules.define(alice, {"name": each, "operation": "test.noop", "everySeconds": 1})
+    ticker = schedules.ticker()
+    wait_until(lambda: ticker.tick_once() and schedules.jobs_of(alice, name)[0], message="a tick's job")
+    schedules.pause(alice, name)
+    schedules.delete(alice, f"{name}-gone")
     keys = list(runtime.store.redis.scan_iter(match=f"{runtime.settings.key_prefix}:*", count=1000))
     assert len(keys) > 10
     no_ttl = [k for k in keys if runtime.store.redis.pttl(k) < 0 and runtime.store.redis.exists(k)]

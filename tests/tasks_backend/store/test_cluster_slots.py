@@ -145,7 +145,26 @@ def one_life(runtime: Runtime) -> None:
     pushes.release(job_id, lock)
     pushes.delete(job_id, "c1")
     assert publish(store.redis, keys, runtime.registry) > 0
+    schedule_life(runtime, owner, job_id)
     assert keys.owner_index(owner)  # the owner's keys were all used above
+
+
+def schedule_life(runtime: Runtime, owner: str, job_id: str) -> None:
+    """Every schedule script once: define, take, claim, finish (marking a job), settle, pause, resume, delete."""
+    service = runtime.schedules()
+    service.define(owner, {"name": "slots", "operation": "test.noop", "everySeconds": 1})
+    schedules = service.store
+    schedules.take_due(0, 1000)  # takes nothing: other tests' schedules are left alone
+    made = schedules.get(owner, "slots")
+    assert made is not None
+    assert schedules.claim_many([(made, [made.next_ms], made.next_ms + 1000)]) == [True]
+    claimed = schedules.get(owner, "slots")
+    assert claimed is not None
+    assert schedules.finish_many([(claimed, claimed.pending, [job_id])]) == [made.next_ms + 1000]
+    schedules.settle([(owner, "slots", 0, made.next_ms + 1000)])
+    service.pause(owner, "slots")
+    service.resume(owner, "slots")
+    service.delete(owner, "slots")
 
 
 def test_every_script_and_transaction_stays_in_one_slot(runtime: Runtime, wire: Wire) -> None:

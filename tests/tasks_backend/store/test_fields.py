@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tasks_backend.model.domain import JobState
 from tasks_backend.store import fields, scripts
+from tasks_backend.store import schedules as schedule_fields
 from tasks_backend.store.fields import Change
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -19,13 +20,18 @@ def job_sources() -> list[str]:
     theirs = {f"lib/{lib}.lua" for p in limits for lib in scripts.uses(scripts.SOURCES[p])}
     others = {f"lib/{lib}.lua" for p in set(scripts.SOURCES) - limits for lib in scripts.uses(scripts.SOURCES[p])}
     assert theirs and not theirs & others
-    return [source for p, source in scripts.SOURCES.items() if p not in limits | theirs]
+    return [source for p, source in scripts.SOURCES.items() if p not in limits | theirs | schedule_paths()]
 
 
-def lua_fields() -> set[str]:
+def schedule_paths() -> set[str]:
+    """The schedules' scripts whose KEYS[1] is a schedule hash (`mark_job` writes a job's)."""
+    return {p for p in scripts.SOURCES if p.startswith("schedules/") and p != "schedules/mark_job.lua"}
+
+
+def lua_fields(sources: list[str] | None = None) -> set[str]:
     """The job-hash fields the scripts read or write: names passed with KEYS[1] (the job hash), `h.name`."""
     found: set[str] = set()
-    for source in job_sources():
+    for source in job_sources() if sources is None else sources:
         for call in re.findall(r"redis\.call\('H(?:SET|MGET|DEL|GET|SETNX|EXISTS)', KEYS\[1\],([^)]*)\)", source):
             found |= set(re.findall(r"'([a-z]+)'", call))
         found |= set(re.findall(r"\bh\.([a-z]+)\b", source))
@@ -38,6 +44,12 @@ def test_every_field_a_script_touches_is_in_the_table() -> None:
     assert touched - set(fields.BY_NAME) == set()
     assert len(fields.BY_NAME) == len(fields.FIELDS)
     assert all(f.meaning and f.writer for f in fields.FIELDS)
+
+
+def test_every_field_a_schedule_script_touches_is_in_the_schedules_table() -> None:
+    touched = lua_fields([scripts.SOURCES[p] for p in schedule_paths()])
+    assert {"body", "gen", "next", "pending", "paused"} <= touched
+    assert touched - set(schedule_fields.FIELDS) == set()
 
 
 def test_no_module_outside_the_store_writes_a_field_by_name() -> None:

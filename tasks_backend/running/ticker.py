@@ -1,0 +1,112 @@
+"""The ticker: makes each schedule's jobs, one per tick, however many tickers run and whenever they die.
+
+A pass takes the due schedules (each leased for a few seconds in the due set, so that two tickers seldom
+look at the same one), reads each, decides its ticks on Redis's clock (`model.schedules.plan`), and moves
+it on with a compare-and-set on what it read, the ticks marked pending. Then it makes a job per pending
+tick, with an idempotency key of (schedule, generation, tick) under the owner, and clears them. A ticker
+killed between the two steps leaves the ticks pending; the next pass (its own or another's, once the lease
+lapses) makes the same jobs again, which the idempotency keys turn into the jobs already made: no tick's
+job is made twice, none is lost. It sleeps until the earliest due entry, at most `max_wait_s`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import ServiceUnavailable
+from ..model.schedules import Schedule, plan
+from ..store.schedules import ScheduleStore
+
+log = logging.getLogger(__name__)
+
+#: Makes the job of one tick of a schedule (idempotently: the same tick gives the same job); its id.
+Fire = Callable[[Schedule, int], str]
+
+
+@dataclass
+class Pass:
+    """What one pass did."""
+
+    now_ms: int = 0
+    #: The earliest due entry left after the pass (Redis ms), None if there is none.
+    next_due_ms: int | None = None
+    jobs: int = 0
+    looked: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+class Ticker:
+    def __init__(self, store: ScheduleStore, fire: Fire, *, batch: int = 500, lease_ms: int = 5000,
+                 max_wait_s: float = 0.5) -> None:
+        self.store, self.fire, self.batch, self.lease_ms = store, fire, batch, lease_ms
+        self.max_wait_s = max_wait_s
+
+    def tick_once(self, max_rounds: int = 100) -> Pass:
+        """Handle every schedule due now (by Redis's clock), `batch` at a time."""
+        done = Pass()
+        for _ in range(max_rounds):
+            now, first, taken = self.store.take_due(self.batch, self.lease_ms)
+            done.now_ms, done.next_due_ms = now, first
+            if not taken:
+                break
+            done.looked += len(taken)
+            self._handle(now, taken, done)
+            if len(taken) < self.batch:
+                break
+        return done
+
+    def _handle(self, now: int, taken: list[tuple[str, str]], done: Pass) -> None:
+        leased = now + self.lease_ms
+        settle: list[tuple[str, str, int, int | None]] = []
+        work: list[tuple[Schedule, tuple[int, ...]]] = []
+        claims: list[tuple[Schedule, list[int], int]] = []
+        for (owner, name), schedule in zip(taken, self.store.get_many(taken), strict=True):
+            if schedule is None:
+                settle.append((owner, name, leased, None))  # deleted: its entry goes
+            elif schedule.pending:
+                work.append((schedule, schedule.pending))  # a pass died before making these: finish them
+            else:
+                ticks, next_ms = plan(schedule.spec, schedule.next_ms, now, schedule.anchor_ms,
+                                      paused=schedule.paused)
+                claims.append((schedule, ticks, next_ms))
+        for (schedule, ticks, next_ms), ok in zip(claims, self.store.claim_many(claims), strict=True):
+            if ok and ticks:
+                work.append((schedule, tuple(ticks)))
+            elif ok:
+                settle.append((schedule.owner, schedule.name, leased, next_ms))
+            # else: changed since read (another ticker, a pause, a new definition); its writer set its entry
+        made: list[tuple[Schedule, tuple[int, ...], list[str]]] = []
+        for schedule, pending in work:
+            try:
+                made.append((schedule, pending, [self.fire(schedule, tick) for tick in pending]))
+            except Exception as exc:  # left pending: the entry's lease lapses and a pass tries again
+                log.warning("schedule %r of %r: job not made (%s)", schedule.name, schedule.owner, exc)
+                done.failed.append(schedule.name)
+        for (schedule, _, job_ids), following in zip(made, self.store.finish_many(made), strict=True):
+            done.jobs += len(job_ids)
+            if following is not None:
+                settle.append((schedule.owner, schedule.name, leased, following))
+        self.store.settle(settle)
+        if settle:
+            done.next_due_ms = min([t for *_, t in settle if t is not None] + [done.next_due_ms or 2**62])
+
+    def wait_s(self, last: Pass) -> float:
+        """How long to sleep after a pass: until the earliest due entry, at most `max_wait_s` (a schedule
+        defined meanwhile may be due sooner)."""
+        if last.next_due_ms is None:
+            return self.max_wait_s
+        return min(max((last.next_due_ms - last.now_ms) / 1000, 0.0), self.max_wait_s)
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            delay = self.max_wait_s
+            try:
+                delay = self.wait_s(self.tick_once())
+            except ServiceUnavailable:
+                log.warning("tick skipped: Redis is unreachable")
+            except Exception:
+                log.exception("tick failed")
+            stop.wait(delay)

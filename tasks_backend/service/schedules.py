@@ -1,0 +1,137 @@
+"""ScheduleService: recurring jobs, the semantics every adapter and the command line share.
+
+define (201 / the same again 200 / another body 409) · get · list · delete · pause · resume · jobs, each
+on the caller's own schedules only (another owner's reads exactly like a missing one), and `fire`, the one
+place where a tick becomes a job. Declared schedules (`tasks_backend.schedule(...)` in a job module) are
+put in place by `declare` when a worker or a sweeper starts.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from ..access.auth import Principal
+from ..errors import BadRequest, InvalidParams, ScheduleConflict, ScheduleNotFound, UnknownOperation
+from ..model.domain import JobRecord
+from ..model.schedules import Schedule, ScheduleSpec, check_spec
+from ..running.declared import DeclaredSchedule
+from ..running.ticker import Ticker
+from ..store.schedules import ScheduleStore
+from .cursors import decode_cursor, encode_cursor
+from .jobs import MAX_PAGE, JobService, as_principal
+
+
+class ScheduleService:
+    def __init__(self, jobs: JobService) -> None:
+        self.jobs = jobs
+        self.store = ScheduleStore(jobs.store)
+
+    def check(self, body: Any) -> ScheduleSpec:
+        """The body checked field by field; the params against the operation, as a submit checks them."""
+        def load_params(operation: str, params: Any) -> dict[str, Any]:
+            try:
+                spec = self.jobs.registry.get(operation)
+            except UnknownOperation as exc:
+                exc.extra.setdefault("errors", {"operation": ["must name a registered operation"]})
+                raise
+            try:
+                return spec.dump_params(spec.load_params(params))
+            except InvalidParams as exc:
+                exc.extra.setdefault("errors", {"params": [exc.detail]})
+                raise
+
+        return check_spec(body, load_params)
+
+    def define(self, who: Principal | str, body: Any, *, replace: bool = False) -> tuple[Schedule, bool]:
+        """(the schedule, True if made now). The same definition again is the schedule as it stands;
+        another raises `ScheduleConflict` (or, with `replace`, takes its place)."""
+        owner = as_principal(who).name
+        spec = self.check(body)
+        now = self.store.now_ms()
+        outcome, _ = self.store.put(owner, spec, generation=secrets.token_hex(8), anchor_ms=now,
+                                    next_ms=spec.next_after(now, now), replace=replace)
+        if outcome == "conflict":
+            raise ScheduleConflict()
+        return self.get(owner, spec.name), outcome in ("created", "replaced")
+
+    def get(self, who: Principal | str, name: str) -> Schedule:
+        found = self.store.get(as_principal(who).name, name) if isinstance(name, str) else None
+        if found is None:
+            raise ScheduleNotFound()
+        return found
+
+    def list(self, who: Principal | str) -> list[Schedule]:
+        owner = as_principal(who).name
+        names = self.store.names(owner)
+        return [s for s in self.store.get_many([(owner, n) for n in names]) if s is not None]
+
+    def delete(self, who: Principal | str, name: str) -> None:
+        """Stops its future ticks; the jobs it made stay."""
+        if not self.store.delete(as_principal(who).name, name):
+            raise ScheduleNotFound()
+
+    def pause(self, who: Principal | str, name: str) -> Schedule:
+        owner = as_principal(who).name
+        if not self.store.set_paused(owner, name, True):
+            raise ScheduleNotFound()
+        return self.get(owner, name)
+
+    def resume(self, who: Principal | str, name: str) -> Schedule:
+        """Ticks from now on: those that fell while paused get nothing."""
+        owner = as_principal(who).name
+        schedule = self.get(owner, name)
+        now = self.store.now_ms()
+        following = schedule.spec.next_after(now, schedule.anchor_ms)
+        if not self.store.set_paused(owner, name, False, following if schedule.paused else None):
+            raise ScheduleNotFound()
+        return self.get(owner, name)
+
+    def jobs_of(self, who: Principal | str, name: str, *, limit: int = 50,
+                cursor: str | None = None) -> tuple[builtins.list[JobRecord], str | None]:
+        """The jobs the schedule `name` made that the caller owns, newest tick first (also after the
+        schedule was deleted, while the jobs live)."""
+        owner = as_principal(who).name
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        position = decode_cursor(cursor) if cursor else None
+        out: builtins.list[JobRecord] = []
+        last: tuple[float, str] | None = None
+        while page := self.store.jobs_page(owner, name, position, limit + 1):
+            records = self.jobs.store.get_many([job_id for job_id, _ in page])
+            self.store.forget_jobs(owner, name, [i for (i, _), r in zip(page, records, strict=True) if r is None])
+            for (job_id, score), record in zip(page, records, strict=True):
+                if record is None or record.owner != owner:
+                    continue
+                if len(out) == limit:
+                    assert last is not None
+                    return out, encode_cursor(*last)
+                out.append(record)
+                last = (score, job_id)
+            position = (page[-1][1], page[-1][0])
+        return out, None
+
+    # -- ticks ---------------------------------------------------------------------------------------
+    def fire(self, schedule: Schedule, tick_ms: int) -> str:
+        """The one place where a tick becomes a job: the same tick always gives the same job (its
+        idempotency key is the schedule's generation and the tick, under the owner)."""
+        spec = schedule.spec
+        record, _ = self.jobs.submit(schedule.owner, spec.operation, spec.params,
+                                     idempotency_key=f"schedule:{spec.name}:{schedule.generation}:{tick_ms}")
+        # TODO(priority): pass `priority=spec.priority` here once JobService.submit takes it.
+        return record.id
+
+    def ticker(self, **options: Any) -> Ticker:
+        return Ticker(self.store, self.fire, **options)
+
+    def declare(self, declared: Iterable[DeclaredSchedule]) -> builtins.list[Schedule]:
+        """Put schedules declared in code in place: made if missing, left alone if unchanged, replaced if
+        their definition changed (the code is their source); idempotent, so every process may call it."""
+        out = []
+        for item in declared:
+            with contextlib.suppress(ScheduleConflict):
+                out.append(self.define(item.owner, item.body(), replace=True)[0])
+        return out

@@ -1,0 +1,208 @@
+"""Schedules in Redis: each a hash under its owner's tag, the owner's list of them, the jobs each made, and
+the due set the ticker reads (see `scripts/schedules/`).
+
+Rule: the schedule hash is the truth; the due set only says when to look. A schedule is written first and its
+due entry after, and the ticker always decides from the hash, so a due entry lost or left behind by a crash is
+mended by the next write or dropped by the next look.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..model.schedules import Schedule, ScheduleSpec
+from .connect import redis_errors
+from .jobs import RedisStore
+
+#: Every field of a schedule hash, and what it holds (Python names them only here; scripts in Redis).
+FIELDS = {
+    "body": "the definition as given (canonical JSON of `ScheduleSpec.wire`), what a repeated create compares",
+    "owner": "the principal that owns it (and its jobs)",
+    "gen": "random, new each time the name is defined: part of each tick's idempotency key",
+    "anchor": "where `everySeconds` ticks count from, Redis ms (the creation)",
+    "next": "the next tick, Redis ms",
+    "paused": "'1' while paused",
+    "pending": "ticks claimed whose jobs may not all be made yet (comma-separated ms)",
+    "last": "the last tick that made a job, Redis ms",
+    "lastjob": "the id of that job",
+    "created": "when it was defined, Redis ms",
+    "updated": "its last change, Redis ms",
+}
+#: The field of a job hash that names the schedule that made it (see `store.fields`).
+JOB_FIELD = "sched"
+
+
+def member(owner: str, name: str) -> str:
+    """A schedule's entry in the due set (names hold no newline; see `model.schedules.NAME`)."""
+    return f"{name}\n{owner}"
+
+
+def parse_member(value: str) -> tuple[str, str]:
+    """(owner, name) of a due-set entry."""
+    name, _, owner = value.partition("\n")
+    return owner, name
+
+
+def _schedule(raw: dict[str, str]) -> Schedule | None:
+    if not raw.get("body") or not raw.get("next"):
+        return None
+    body = json.loads(raw["body"])
+    spec = ScheduleSpec(name=body["name"], operation=body["operation"], params=body.get("params") or {},
+                        cron=body.get("cron"), every_s=body.get("everySeconds"), timezone=body["timezone"],
+                        catch_up=body["catchUp"], priority=body["priority"])
+    pending = tuple(int(t) for t in (raw.get("pending") or "").split(",") if t)
+    return Schedule(spec=spec, owner=raw["owner"], generation=raw["gen"], anchor_ms=int(raw["anchor"]),
+                    next_ms=int(raw["next"]), paused=raw.get("paused") == "1",
+                    last_ms=int(raw["last"]) if raw.get("last") else None, last_job_id=raw.get("lastjob") or None,
+                    pending=pending)
+
+
+def body_of(spec: ScheduleSpec) -> str:
+    return json.dumps(spec.wire(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class ScheduleStore:
+    """The schedules beside the jobs; runs its scripts through the job store's runner."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.redis: Any = store.redis
+        self.keys = store.keys
+        self.scripts = store.scripts
+        self.ttl_ms = store.max_ttl_ms
+
+    def now_ms(self) -> int:
+        """Redis's clock, in ms."""
+        with redis_errors():
+            seconds, micros = self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- define, read, change ------------------------------------------------------------------------
+    def put(self, owner: str, spec: ScheduleSpec, *, generation: str, anchor_ms: int, next_ms: int,
+            replace: bool = False) -> tuple[str, int]:
+        """Define a schedule: (created | replaced | same | conflict, its next run); then its due entry."""
+        pairs = ["owner", owner, "gen", generation, "anchor", anchor_ms, "next", next_ms, "paused", "0",
+                 "pending", ""]
+        outcome, at = self.scripts.call("schedules.put", [self.keys.schedule(owner, spec.name),
+                                                           self.keys.schedules(owner)],
+                                        spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, *pairs)
+        if outcome != "conflict":
+            self._due(owner, spec.name, int(at), only_new=outcome == "same")
+        return str(outcome), int(at)
+
+    def _due(self, owner: str, name: str, at_ms: int, *, only_new: bool = False) -> None:
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=only_new)
+            pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
+            pipe.execute()
+
+    def get(self, owner: str, name: str) -> Schedule | None:
+        with redis_errors():
+            raw = self.redis.hgetall(self.keys.schedule(owner, name))
+        found = _schedule(raw) if raw else None
+        return found if found is not None and found.owner == owner else None
+
+    def get_many(self, pairs: Sequence[tuple[str, str]]) -> list[Schedule | None]:
+        """Each (owner, name)'s schedule (None: gone), in one round trip."""
+        if not pairs:
+            return []
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for owner, name in pairs:
+                pipe.hgetall(self.keys.schedule(owner, name))
+            rows = pipe.execute()
+        out: list[Schedule | None] = []
+        for (owner, _), raw in zip(pairs, rows, strict=True):
+            found = _schedule(raw) if raw else None
+            out.append(found if found is not None and found.owner == owner else None)
+        return out
+
+    def names(self, owner: str) -> list[str]:
+        with redis_errors():
+            return [str(n) for n in self.redis.zrange(self.keys.schedules(owner), 0, -1)]
+
+    def set_paused(self, owner: str, name: str, paused: bool, next_ms: int | None = None) -> bool:
+        """Pause or resume (resuming moves the next run to `next_ms`); False if there is no such schedule."""
+        at = self.scripts.call("schedules.state", [self.keys.schedule(owner, name)], "1" if paused else "0",
+                               "" if next_ms is None else next_ms, self.ttl_ms)
+        if at is None:
+            return False
+        if next_ms is not None:
+            self._due(owner, name, int(at))
+        return True
+
+    def delete(self, owner: str, name: str) -> bool:
+        existed = self.scripts.call("schedules.delete", [self.keys.schedule(owner, name), self.keys.schedules(owner),
+                                                         self.keys.schedule_jobs(owner, name)], name, self.ttl_ms)
+        with redis_errors():
+            self.redis.zrem(self.keys.schedules_due(), member(owner, name))
+        return bool(existed)
+
+    def jobs_page(self, owner: str, name: str, before: tuple[float, str] | None,
+                  count: int) -> list[tuple[str, float]]:
+        """Up to `count` (job id, tick) of the jobs a schedule made, newest first, strictly after the cursor."""
+        top = "+inf" if before is None else repr(before[0])
+        with redis_errors():
+            rows = self.redis.zrevrangebyscore(self.keys.schedule_jobs(owner, name), top, "-inf", start=0,
+                                               num=count + 64, withscores=True)
+        out = [(str(m), float(s)) for m, s in rows if before is None or (float(s), str(m)) < before]
+        return out[:count]
+
+    def forget_jobs(self, owner: str, name: str, job_ids: Sequence[str]) -> None:
+        if job_ids:
+            with redis_errors():
+                self.redis.zrem(self.keys.schedule_jobs(owner, name), *job_ids)
+
+    # -- the ticker's side ---------------------------------------------------------------------------
+    def take_due(self, limit: int, lease_ms: int) -> tuple[int, int | None, list[tuple[str, str]]]:
+        """(Redis now, the earliest entry left or None, (owner, name) of up to `limit` schedules due now),
+        each taken for `lease_ms`."""
+        reply = self.scripts.call("schedules.take", [self.keys.schedules_due()], limit, lease_ms)
+        now, first = int(reply[0]), (int(float(reply[1])) if reply[1] else None)
+        return now, first, [parse_member(str(m)) for m in reply[2:]]
+
+    def claim_many(self, claims: Sequence[tuple[Schedule, list[int], int]]) -> list[bool]:
+        """Move each schedule on to its next run with its ticks pending, if it is still as read (one round trip)."""
+        def build(p: Any) -> None:
+            for s, ticks, next_ms in claims:
+                self.scripts.queue(p, "schedules.claim", [self.keys.schedule(s.owner, s.name),
+                                                          self.keys.schedules(s.owner)],
+                                   s.generation, s.next_ms, "1" if s.paused else "0", next_ms,
+                                   ",".join(map(str, ticks)), self.ttl_ms)
+
+        return [r == "ok" for r in self.scripts.run(build)] if claims else []
+
+    def finish_many(self, done: Sequence[tuple[Schedule, Sequence[int], Sequence[str]]]) -> list[int | None]:
+        """Record the jobs made for each schedule's pending ticks and write each one's job hash's schedule
+        name; the next run of each, or None where the schedule changed meanwhile (one round trip)."""
+        def build(p: Any) -> None:
+            for s, ticks, job_ids in done:
+                for job_id in job_ids:
+                    self.scripts.queue(p, "schedules.mark_job", [self.keys.job(job_id)], s.name)
+                pairs = [x for job_id, tick in zip(job_ids, ticks, strict=True) for x in (job_id, tick)]
+                self.scripts.queue(p, "schedules.finish", [self.keys.schedule(s.owner, s.name),
+                                                           self.keys.schedule_jobs(s.owner, s.name)],
+                                   s.generation, ",".join(map(str, ticks)), self.ttl_ms, *pairs)
+
+        if not done:
+            return []
+        replies = iter(self.scripts.run(build))
+        out: list[int | None] = []
+        for _, _, job_ids in done:
+            for _ in job_ids:
+                next(replies)
+            reply = next(replies)
+            out.append(None if reply == "changed" else int(reply))
+        return out
+
+    def settle(self, entries: Sequence[tuple[str, str, int, int | None]]) -> None:
+        """Set each (owner, name, leased score, next run or None to drop) due entry, unless it was written
+        again since it was taken (then the newer entry stands). One command."""
+        if entries:
+            args = [x for owner, name, seen, at in entries
+                    for x in (member(owner, name), seen, "" if at is None else at)]
+            self.scripts.call("reschedule", [self.keys.schedules_due()], *args)
+

@@ -1,0 +1,15 @@
+-- KEYS: 1 the schedule (hash), 2 the owner's schedules (sorted set).
+-- ARGV: generation seen, next run seen (ms), paused seen ('1' or '0'), the next run after now (ms), the ticks to make
+--       jobs for ('' none, else comma-separated ms), max ttl ms.
+-- Moves the schedule on, if it is still as the ticker read it (same generation, next run and pause, nothing
+-- pending): the ticks become `pending` until their jobs are made (see finish.lua). Returns 'ok' or 'changed';
+-- applied twice, the second answers 'changed' (the schedule has moved on) and changes nothing.
+
+local s = redis.call('HMGET', KEYS[1], 'gen', 'next', 'paused', 'pending')
+if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or (s[3] or '0') ~= ARGV[3] or (s[4] and s[4] ~= '') then
+  return 'changed'
+end
+redis.call('HSET', KEYS[1], 'next', ARGV[4], 'pending', ARGV[5], 'updated', ms(clock()))
+redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[6]))
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+return 'ok'

@@ -1,0 +1,137 @@
+"""`/v1/schedules` over real HTTP, a real Redis and a real worker; ticks made by the ticker's own API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tasks_backend.service.runtime import Runtime
+from tests.conftest import Users, bearer, wait_until
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+
+def principal(users: Users) -> tuple[str, dict[str, str]]:
+    name, token = users.new("sched")
+    return name, bearer(token)
+
+
+def define(http: httpx.Client, headers: dict[str, str], **body: Any) -> httpx.Response:
+    return http.post("/v1/schedules", json=body, headers=headers)
+
+
+def test_define_is_201_the_same_again_200_another_409(http: httpx.Client, users: Users) -> None:
+    _, me = principal(users)
+    body = {"name": "tidy", "operation": "test.noop", "params": {}, "cron": "*/5 * * * *",
+            "timezone": "Europe/Paris"}
+    made = define(http, me, **body)
+    assert made.status_code == 201, made.text
+    assert made.headers["Location"] == "/v1/schedules/tidy"
+    schedule = made.json()
+    assert schedule | {"nextRunAt": None} == {
+        "name": "tidy", "operation": "test.noop", "params": {}, "cron": "*/5 * * * *", "timezone": "Europe/Paris",
+        "catchUp": "latest", "priority": 5, "paused": False, "nextRunAt": None, "lastRunAt": None,
+        "lastJobId": None}
+    assert schedule["nextRunAt"].endswith(":00.000Z") and int(schedule["nextRunAt"][14:16]) % 5 == 0
+    again = define(http, me, **body, catchUp="latest")  # the defaults spelt out are the same definition
+    assert again.status_code == 200 and again.json() == schedule
+    other = define(http, me, **{**body, "cron": "*/10 * * * *"})
+    assert other.status_code == 409 and other.headers["Content-Type"] == "application/problem+json"
+    assert http.get("/v1/schedules/tidy", headers=me).json() == schedule
+    assert [s["name"] for s in http.get("/v1/schedules", headers=me).json()["schedules"]] == ["tidy"]
+
+
+def test_another_owners_schedule_is_a_404_like_a_missing_one(http: httpx.Client, users: Users) -> None:
+    _, me = principal(users)
+    _, other = principal(users)
+    assert define(http, me, name="mine", operation="test.noop", everySeconds=60).status_code == 201
+    missing = http.get("/v1/schedules/nothing", headers=other)
+    assert missing.status_code == 404
+    for method, path in (("GET", "/v1/schedules/mine"), ("DELETE", "/v1/schedules/mine"),
+                         ("POST", "/v1/schedules/mine/pause"), ("POST", "/v1/schedules/mine/resume")):
+        answer = http.request(method, path, headers=other)
+        assert answer.status_code == 404 and answer.json()["detail"] == missing.json()["detail"], (method, path)
+    assert http.get("/v1/schedules", headers=other).json() == {"schedules": []}
+    # The other owner may use the name for a schedule of its own.
+    assert define(http, other, name="mine", operation="test.noop", everySeconds=5).status_code == 201
+    assert http.get("/v1/schedules/mine", headers=me).json()["everySeconds"] == 60
+
+
+def test_pause_resume_and_delete(http: httpx.Client, users: Users) -> None:
+    _, me = principal(users)
+    assert define(http, me, name="p", operation="test.noop", everySeconds=3600).status_code == 201
+    paused = http.post("/v1/schedules/p/pause", headers=me)
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    resumed = http.post("/v1/schedules/p/resume", headers=me).json()
+    assert resumed["paused"] is False and resumed["nextRunAt"]
+    assert http.delete("/v1/schedules/p", headers=me).status_code == 204
+    assert http.get("/v1/schedules/p", headers=me).status_code == 404
+    assert http.delete("/v1/schedules/p", headers=me).status_code == 404
+
+
+GOOD = {"name": "ok", "operation": "test.noop", "params": {}, "everySeconds": 5}
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"cron": "61 * * * *", "everySeconds": None}, "cron"),
+    ({"cron": "every day", "everySeconds": None}, "cron"),
+    ({"cron": "*/5 * * * *"}, "cron"),  # both
+    ({"everySeconds": None}, "cron"),  # neither
+    ({"everySeconds": 0}, "everySeconds"),
+    ({"everySeconds": 1.5}, "everySeconds"),
+    ({"everySeconds": "5"}, "everySeconds"),
+    ({"timezone": "Mars/Olympus"}, "timezone"),
+    ({"timezone": "../../etc/passwd"}, "timezone"),
+    ({"catchUp": "some"}, "catchUp"),
+    ({"priority": 10}, "priority"),
+    ({"priority": -1}, "priority"),
+    ({"priority": True}, "priority"),
+    ({"name": "a/b"}, "name"),
+    ({"name": ""}, "name"),
+    ({"name": "x" * 101}, "name"),
+    ({"operation": "no.such"}, "operation"),
+    ({"operation": "test.steps", "params": {}}, "ledger"),
+    ({"params": 5}, "params"),
+    ({"every": 5}, "every"),
+])
+def test_every_bad_input_is_a_422_naming_its_field(http: httpx.Client, change: dict[str, Any], field: str) -> None:
+    body = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    answer = http.post("/v1/schedules", json=body, headers=bearer("alice-token"))
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["Content-Type"] == "application/problem+json"
+    assert field in answer.json()["errors"], answer.json()
+
+
+def test_each_tick_makes_one_job_listed_under_the_schedule(http: httpx.Client, users: Users,
+                                                           runtime: Runtime) -> None:
+    name, me = principal(users)
+    _, other = principal(users)
+    assert define(http, me, name="often", operation="test.noop", everySeconds=1, catchUp="all").status_code == 201
+    ticker = runtime.schedules().ticker()
+
+    def jobs() -> list[dict[str, Any]]:
+        ticker.tick_once()
+        listed: list[dict[str, Any]] = http.get("/v1/jobs", params={"schedule": "often"}, headers=me).json()["jobs"]
+        return listed if len(listed) >= 3 else []
+
+    listed = wait_until(jobs, timeout=10, message="three ticks")
+    assert all(j["schedule"] == "often" and j["operation"] == "test.noop" for j in listed)
+    assert len({j["taskId"] for j in listed}) == len(listed)
+    first = listed[-1]["taskId"]
+    done = wait_until(lambda: (h := http.get(f"/v1/jobs/{first}", headers=me).json())["status"] == "completed" and h,
+                      message="the first tick's job to run")
+    assert done["schedule"] == "often"
+    schedule = http.get("/v1/schedules/often", headers=me).json()
+    assert schedule["lastJobId"] and schedule["lastRunAt"] and schedule["lastJobId"] in {j["taskId"] for j in listed}
+    assert runtime.store.get(first).owner == name  # type: ignore[union-attr]
+    assert http.get("/v1/jobs", params={"schedule": "often"}, headers=other).json()["jobs"] == []
+    page = http.get("/v1/jobs", params={"schedule": "often", "limit": 1}, headers=me).json()
+    assert len(page["jobs"]) == 1 and page["nextCursor"]
+    # Deleted: no more ticks; the jobs made stay listed.
+    assert http.delete("/v1/schedules/often", headers=me).status_code == 204
+    ticker.tick_once()
+    count = len(http.get("/v1/jobs", params={"schedule": "often", "limit": 200}, headers=me).json()["jobs"])
+    ticker.tick_once()
+    assert len(http.get("/v1/jobs", params={"schedule": "often", "limit": 200}, headers=me).json()["jobs"]) == count

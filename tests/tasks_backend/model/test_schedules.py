@@ -1,0 +1,51 @@
+"""When schedules tick, and what missed ticks get: pure functions, on given times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from tasks_backend.model.schedules import MAX_CATCH_UP, ScheduleSpec, grace_ms, plan
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def test_cron_ticks_follow_the_wall_clock_of_the_time_zone_across_daylight_saving_time() -> None:
+    spec = ScheduleSpec("daily", "op", cron="0 9 * * *", timezone="Europe/Paris")
+    before = spec.next_after(ms("2026-03-27T12:00:00"), 0)
+    after = spec.next_after(before, 0)
+    assert (before, after) == (ms("2026-03-28T08:00:00"), ms("2026-03-29T07:00:00"))  # 09:00 CET, then CEST
+    # 02:30 does not exist on the night clocks go forward; cronsim runs it at the next moment that does.
+    skipped = ScheduleSpec("night", "op", cron="30 2 * * *", timezone="Europe/Paris")
+    assert skipped.next_after(ms("2026-03-28T12:00:00"), 0) == ms("2026-03-29T01:00:00")
+
+
+def test_every_seconds_ticks_count_from_the_anchor() -> None:
+    spec = ScheduleSpec("e", "op", every_s=10)
+    assert spec.next_after(1_000, 1_000) == 11_000
+    assert spec.next_after(25_000, 1_000) == 31_000
+    assert spec.ticks_up_to(45_000, 11_000, 1_000, 10) == [41_000, 31_000, 21_000, 11_000]
+
+
+def test_on_time_ticks_always_run_and_catch_up_decides_the_missed_ones() -> None:
+    every2 = {mode: ScheduleSpec("e", "op", every_s=2, catch_up=mode) for mode in ("none", "latest", "all")}
+    # Seen 0.3 s after the tick of 12 s, ticks from 2 s to 10 s were missed.
+    assert plan(every2["none"], 2_000, 12_300, 0, paused=False) == ([12_000], 14_000)
+    assert plan(every2["latest"], 2_000, 12_300, 0, paused=False) == ([10_000, 12_000], 14_000)
+    assert plan(every2["all"], 2_000, 12_300, 0, paused=False) == ([2_000, 4_000, 6_000, 8_000, 10_000, 12_000],
+                                                                   14_000)
+    # Seen 1.5 s late (half the period is 1 s): that tick is missed as well.
+    assert plan(every2["none"], 2_000, 13_500, 0, paused=False) == ([], 14_000)
+    assert plan(every2["latest"], 2_000, 13_500, 0, paused=False) == ([12_000], 14_000)
+    # Paused: nothing, and on to the next tick.
+    assert plan(every2["all"], 2_000, 12_300, 0, paused=True) == ([], 14_000)
+    # Not due yet: nothing changes.
+    assert plan(every2["all"], 14_000, 12_300, 0, paused=False) == ([], 14_000)
+
+
+def test_all_is_bounded_to_the_newest_missed_ticks() -> None:
+    spec = ScheduleSpec("e", "op", every_s=1, catch_up="all")
+    fire, following = plan(spec, 1_000, 1_000_000, 0, paused=False)
+    assert len(fire) == MAX_CATCH_UP + 1 and fire[-1] == 1_000_000 and following == 1_001_000
+    assert grace_ms(2_000) == 1_000 and grace_ms(60_000) == 5_000 and grace_ms(500) == 1_000

@@ -1,0 +1,137 @@
+"""The ticker: one job per tick, across two sweeper processes, a SIGKILL, a crash between its steps and a stop."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tasks_backend.model.schedules import Schedule
+from tasks_backend.running.ticker import Pass, Ticker
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.service.schedules import ScheduleService
+from tests.conftest import make_settings, wait_until
+from tests.support.procs import Proc, sweeper_process, worker_process
+
+
+@pytest.fixture
+def own(redis_base: str) -> Runtime:
+    """A runtime with keys and a queue of its own (so that its due set holds only this test's schedules)."""
+    return build_runtime(make_settings(redis_base))
+
+
+def ticks_made(service: ScheduleService, owner: str, name: str) -> list[int]:
+    """The tick of each job the schedule made, from the job's idempotency key, oldest first."""
+    records, _ = service.jobs_of(owner, name, limit=200)
+    return sorted(int(str(r.idempotency_key).rsplit(":", 1)[1]) for r in records)
+
+
+def assert_one_job_per_tick(service: ScheduleService, owner: str, name: str, period_ms: int) -> list[int]:
+    ticks = ticks_made(service, owner, name)
+    assert len(ticks) == len(set(ticks)), f"a tick made two jobs: {ticks}"
+    assert [b - a for a, b in itertools.pairwise(ticks)] == [period_ms] * (len(ticks) - 1), ticks
+    # Every job of the owner that names the schedule is one of those (none made twice under another key).
+    jobs, _ = service.jobs.list(owner, limit=200)
+    assert len([j for j in jobs if j.schedule == name]) == len(ticks)
+    return ticks
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    try:
+        yield started
+    except BaseException:
+        for proc in started:
+            print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
+        raise
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+def test_two_sweepers_make_one_job_per_tick_across_a_sigkill(own: Runtime, procs: list[Proc], tmp_path: Path) -> None:
+    service = own.schedules()
+    service.define("alice", {"name": "every2", "operation": "test.noop", "everySeconds": 2, "catchUp": "all"})
+    procs.append(worker_process(own.settings, tmp_path / "worker.log", pool="threads", concurrency=2))
+    first = sweeper_process(own.settings, tmp_path / "sweeper-a.log")
+    procs += [first, sweeper_process(own.settings, tmp_path / "sweeper-b.log")]
+
+    def made(count: int) -> Any:
+        return lambda: len(ticks_made(service, "alice", "every2")) >= count
+
+    wait_until(made(3), timeout=15, message="three ticks")
+    first.kill_group(signal.SIGKILL)
+    before = len(ticks_made(service, "alice", "every2"))
+    wait_until(made(before + 3), timeout=15, message="three ticks after the kill")
+    procs.append(sweeper_process(own.settings, tmp_path / "sweeper-a2.log"))  # restarted
+    wait_until(made(before + 5), timeout=15, message="ticks with the restarted sweeper")
+    for proc in procs[1:]:
+        proc.stop()
+    ticks = assert_one_job_per_tick(service, "alice", "every2", 2000)
+    assert len(ticks) >= before + 5
+    # The jobs ran on the worker.
+    jobs, _ = service.jobs.list("alice", limit=200)
+    wait_until(lambda: all(j.terminal for j in service.jobs.store.get_many([j.id for j in jobs]) if j),
+               timeout=15, message="the jobs to run")
+
+
+def test_a_pass_that_dies_after_making_a_job_leaves_the_next_pass_to_finish_the_same_tick(own: Runtime) -> None:
+    service = own.schedules()
+    service.define("alice", {"name": "crashy", "operation": "test.noop", "everySeconds": 1, "catchUp": "all"})
+    made: list[str] = []
+
+    def fire_then_die(schedule: Schedule, tick: int) -> str:
+        made.append(service.fire(schedule, tick))
+        raise SystemError("killed after the job was made")
+
+    dying = Ticker(service.store, fire_then_die, lease_ms=300)
+    wait_until(lambda: dying.tick_once().failed, timeout=5, message="a tick")
+    pending = service.get("alice", "crashy").pending
+    assert len(pending) == 1 and len(made) == 1
+    healthy = service.ticker(lease_ms=300)
+    wait_until(lambda: healthy.tick_once() and not service.get("alice", "crashy").pending,
+               timeout=5, message="the pending tick finished")
+    assert service.get("alice", "crashy").last_job_id == made[0]
+    assert ticks_made(service, "alice", "crashy")[0] == pending[0]
+    wait_until(lambda: len(ticks_made(service, "alice", "crashy")) >= 3 or healthy.tick_once() is None,
+               timeout=5, message="more ticks")
+    assert_one_job_per_tick(service, "alice", "crashy", 1000)
+
+
+def test_catch_up_after_a_ten_second_stop(own: Runtime) -> None:
+    service = own.schedules()
+    for mode in ("none", "latest", "all"):
+        service.define("alice", {"name": mode, "operation": "test.noop", "everySeconds": 2, "catchUp": mode})
+    ticker = service.ticker()
+    wait_until(lambda: ticker.tick_once() and all(ticks_made(service, "alice", m) for m in ("none", "latest", "all")),
+               timeout=6, message="a first tick each")
+    last = {m: ticks_made(service, "alice", m)[-1] for m in ("none", "latest", "all")}
+    time.sleep(10)  # nothing runs: the stop itself
+    now = ticker.tick_once().now_ms
+    for mode in ("none", "latest", "all"):
+        fell = list(range(last[mode] + 2000, now + 1, 2000))  # the ticks that fell during the stop
+        on_time = 1 if now - fell[-1] <= 1000 else 0
+        new = [t for t in ticks_made(service, "alice", mode) if t > last[mode]]
+        assert len(fell) >= 4
+        expected = {"none": fell[len(fell) - on_time:], "latest": fell[len(fell) - on_time - 1:], "all": fell}[mode]
+        assert new == expected, (mode, now, fell, new)
+    # Afterwards each ticks on as before.
+    service.pause("alice", "none")
+    count = {m: len(ticks_made(service, "alice", m)) for m in ("none", "latest")}
+    wait_until(lambda: ticker.tick_once() and len(ticks_made(service, "alice", "latest")) > count["latest"],
+               timeout=5, message="the next tick")
+    assert len(ticks_made(service, "alice", "none")) == count["none"]  # paused: nothing
+
+
+def test_the_ticker_sleeps_until_the_earliest_due_schedule_and_no_longer_than_half_a_second(own: Runtime) -> None:
+    ticker = own.schedules().ticker()
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=1_200)) == 0.2
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=500)) == 0.0
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=60_000)) == 0.5  # a schedule defined meanwhile
+    assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=None)) == 0.5
