@@ -10,7 +10,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from .running.execution import JobContext
+from .running.context import JobContext
 from .running.registry import job
 
 

@@ -86,8 +86,11 @@ def sweeper() -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    runtime = build_runtime()
+    # Waiting jobs are woken at their time by a loop of its own, not at the sweep's pace.
+    threading.Thread(target=runtime.waker().run_forever, args=(stop,), name="wake-waiting", daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
-        build_runtime().sweeper().run_forever(stop)
+        runtime.sweeper().run_forever(stop)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
