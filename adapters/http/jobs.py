@@ -94,7 +94,8 @@ def list_jobs() -> Response:
         raise BadRequest("`limit` must be an integer.") from exc
     # An empty `status=` is a status that names nothing (a 400), not "any status".
     records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
-                                      cursor=request.args.get("cursor") or None)
+                                      cursor=request.args.get("cursor") or None,
+                                      parent=request.args.get("parent"))
     return jsonify({"jobs": [handle(r) | {"operation": r.operation} for r in records], "nextCursor": cursor})
 
 

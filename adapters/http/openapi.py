@@ -33,6 +33,8 @@ _HANDLE = {
         "result": {},
         "error": {"type": "object"},
         "inputRequests": {"type": "object"},
+        "parentId": {"type": "string", "format": "uuid",
+                     "description": "The job whose `ctx.spawn` started this one (children only)."},
     },
 }
 
@@ -74,8 +76,10 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"},
-                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
-                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400")}},
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."},
+                {"name": "parent", "in": "query", "schema": {"type": "string"},
+                 "description": "List the child jobs of this job of yours instead (404 if it is not yours)."}],
+                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
                                       "responses": {**_answer("200", "The job"), **_errors("404")}}},

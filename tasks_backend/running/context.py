@@ -54,7 +54,6 @@ class _Parked(BaseException):
         self.message = message
 
 
-
 class _Waiting(BaseException):
     """Park the job in `waiting`: until `change.wake_ms`, or until `children` are all finished."""
 
@@ -85,8 +84,6 @@ class Lease:
             self.lost.set()
         elif state == Standing.CANCELLED:
             self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
-
-
 
 
 class JobContext:
@@ -264,8 +261,6 @@ class JobContext:
             self.check_cancelled()
             self._keeper.cancelled.wait(min(left, 0.1))
         self.check_cancelled()
-
-
 
 
 def _outcome(ids: list[str], records: list[JobRecord | None]) -> dict[str, Any]:

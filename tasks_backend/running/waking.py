@@ -95,8 +95,8 @@ class Waker:
         while not stop.is_set():
             try:
                 self.wake_due()
-            except ServiceUnavailable:
-                log.warning("wake pass skipped: Redis or the broker is unreachable")
+            except ServiceUnavailable as exc:
+                log.warning("wake pass skipped: Redis or the broker is unreachable (%r)", exc.__cause__)
             except Exception:
                 log.exception("wake pass failed")
             stop.wait(WAKE_INTERVAL_S)
