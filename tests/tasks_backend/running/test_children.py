@@ -108,3 +108,14 @@ def test_cancelling_the_parent_cancels_its_unfinished_children(
     wait_until(lambda: sum(e["event"] == "child start" for e in lines(ledger)) == 3, 5)
     assert [runtime.store.recorded_step(k["taskId"], "effect") for k in kids] == [None] * 3
     assert {runtime.store.get(k["taskId"]).state for k in kids} == {JobState.CANCELLED}  # type: ignore[union-attr]
+
+
+def test_a_spawn_made_again_gets_the_same_child(runtime: Runtime, tmp_path: Path) -> None:
+    """The worker may die between making a child and recording the spawn: the replay's spawn, with the same
+    key (derived from the parent and the step), finds the child made before."""
+    parent, _ = runtime.service.submit(A, "test.noop", {})
+    params = {"ledger": str(tmp_path / "ledger"), "index": 0}
+    first = runtime.spawn("alice", "test.child", params, "spawn-key", parent.id)
+    again = runtime.spawn("alice", "test.child", params, "spawn-key", parent.id)
+    assert first == again and runtime.store.child_ids(parent.id) == [first]
+    assert runtime.service.get(A, first).parent_id == parent.id
