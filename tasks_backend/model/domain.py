@@ -22,7 +22,7 @@ class JobState(enum.StrEnum):
     """A worker holds the lease and is running the job function."""
     INPUT_REQUIRED = "input_required"
     """Parked until every open input request is answered; holds no worker."""
-    WAITING = "waiting"
+    SUSPENDED = "suspended"
     """Parked until a time (a long `ctx.sleep`) or until its child jobs finish (`ctx.wait_for`); holds no worker."""
     COMPLETED = "completed"
     """The job function returned; its result is stored."""
@@ -38,12 +38,12 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # running -> queued: a lapsed lease (dead worker) or a transient error being retried.
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
     JobState.RUNNING: frozenset(
-        {JobState.QUEUED, JobState.INPUT_REQUIRED, JobState.WAITING, JobState.COMPLETED, JobState.FAILED,
+        {JobState.QUEUED, JobState.INPUT_REQUIRED, JobState.SUSPENDED, JobState.COMPLETED, JobState.FAILED,
          JobState.CANCELLED}
     ),
     JobState.INPUT_REQUIRED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
-    # waiting -> queued: its time came, or its children finished (`running.waking`).
-    JobState.WAITING: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    # suspended -> queued: its time came, or its children finished (`running.waking`).
+    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.COMPLETED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),

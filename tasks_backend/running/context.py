@@ -3,7 +3,7 @@
 A job function runs again from the top after every park (a question, a long sleep, a wait for children) and
 after a lost worker: what it recorded (steps, answers, a sleep's end, a spawned child) comes back from the
 record instead of happening again. Parking raises a control-flow exception that the executor turns into the
-job's move to `input_required` or `waiting`, which returns the worker to the pool.
+job's move to `input_required` or `suspended`, which returns the worker to the pool.
 """
 
 from __future__ import annotations
@@ -14,18 +14,18 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from marshmallow import Schema
 
+from ..config import Settings
 from ..errors import StoreUnavailable
 from ..model.domain import JobRecord, JobState, rfc3339
 from ..store.connect import through_outage
 from ..store.fields import Change
+from ..store.jobs import RedisStore
 from ..store.outcomes import Standing, Stepped
-
-if TYPE_CHECKING:
-    from .execution import Executor
+from .registry import Registry
 
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
@@ -54,8 +54,8 @@ class _Parked(BaseException):
         self.message = message
 
 
-class _Waiting(BaseException):
-    """Park the job in `waiting`: until `change.wake_ms`, or until `children` are all finished."""
+class _Suspend(BaseException):
+    """Park the job in `suspended`: until `change.wake_ms`, or until `children` are all finished."""
 
     def __init__(self, change: Change, look_in_ms: int, children: list[str] | None = None) -> None:
         self.change, self.look_in_ms, self.children = change, look_in_ms, children or []
@@ -69,6 +69,17 @@ class ChildFailed(Exception):
         self.child_id, self.state, self.error = child_id, state, error
         why = f": {error.get('message')}" if error and error.get("message") else ""
         super().__init__(f"Child job {child_id} {state}{why}")
+
+
+class Runner(Protocol):
+    """What the context needs of the executor that runs the job (`execution.Executor`)."""
+
+    store: RedisStore
+    registry: Registry
+    settings: Settings
+    stopping: threading.Event
+    #: (owner, operation, params, idempotency key, parent id) -> the child's id; None: no child jobs here.
+    spawner: Callable[[str, str, Any, str, str], str] | None
 
 
 class Lease:
@@ -89,7 +100,7 @@ class Lease:
 class JobContext:
     """What a job function gets as `ctx`."""
 
-    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: Lease) -> None:
+    def __init__(self, executor: Runner, record: JobRecord, token: int, keeper: Lease) -> None:
         self._executor = executor
         self._store = executor.store
         self._keeper = keeper
@@ -201,7 +212,7 @@ class JobContext:
         return f"{kind}:{n}"
 
     def sleep(self, seconds: float, *, hold_worker: bool = False) -> None:
-        """Sleep. From `PARK_MIN_S` (5 s) on, the job parks in `waiting` and returns its worker to the pool; it
+        """Sleep. From `PARK_MIN_S` (5 s) on, the job parks in `suspended` and returns its worker to the pool; it
         resumes (replaying from the top) at the end, which is recorded: a replay does not sleep it again.
         Shorter sleeps, and `hold_worker=True`, sleep in the worker. Cancelling the job ends it at once."""
         if hold_worker or seconds < PARK_MIN_S:
@@ -222,7 +233,7 @@ class JobContext:
             self._nap(max(0, left) / 1000)
             return
         self.check_cancelled()
-        raise _Waiting(Change.waiting(f"Sleeping until {rfc3339(until_ms)}.", wake_ms=until_ms), left)
+        raise _Suspend(Change.waiting(f"Sleeping until {rfc3339(until_ms)}.", wake_ms=until_ms), left)
 
     def spawn(self, operation: str, params: Any = None) -> str:
         """Start a child job (owned by this job's owner, with `parentId` this job) and return its id. Recorded:
@@ -247,7 +258,7 @@ class JobContext:
             open_ = [r.id for r in mine if r is not None and not r.terminal]
             if open_:
                 self.check_cancelled()
-                raise _Waiting(Change.waiting(f"Waiting for {len(open_)} child job{'s' * (len(open_) != 1)}.",
+                raise _Suspend(Change.waiting(f"Waiting for {len(open_)} child job{'s' * (len(open_) != 1)}.",
                                               children_json=json.dumps(wanted)), CHILDREN_CHECK_MS, wanted)
             outcome = self.step(name, lambda: _outcome(wanted, mine))
         if "failed" in outcome:

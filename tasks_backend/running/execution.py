@@ -28,7 +28,7 @@ from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
-from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Waiting
+from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Suspend
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
 from .stats import JobStats
@@ -166,7 +166,7 @@ class Executor:
             encoded = json.dumps(result)
         except HandedBack:
             return self._hand_back(record, token)
-        except _Waiting as waiting:
+        except _Suspend as waiting:
             return self._park(record, token, waiting)
         except _Parked as parked:
             return self._finish(record, token, JobState.INPUT_REQUIRED,
@@ -239,7 +239,7 @@ class Executor:
             self._tell_parent(record)
         return target.value
 
-    def _park(self, record: JobRecord, token: int, waiting: _Waiting) -> str:
+    def _park(self, record: JobRecord, token: int, waiting: _Suspend) -> str:
         """The job waits for a time or for its children (`ctx.sleep`, `ctx.wait_for`), holding no worker. A
         parent then reads its children at once: the last of them may have finished before the park."""
         request_id = new_request_id()
@@ -253,7 +253,7 @@ class Executor:
         if waiting.children:
             with contextlib.suppress(StoreUnavailable):  # the wake schedule looks again soon
                 self.waker.check_parent(record.id)
-        return JobState.WAITING.value
+        return JobState.SUSPENDED.value
 
     def _parent_cancelled(self, record: JobRecord) -> bool:
         """A child whose parent was cancelled (and whose cancel the parent's cancel missed) is cancelled now."""

@@ -1,6 +1,6 @@
 """Waking waiting jobs: a long sleep's time came, or a parent's children finished.
 
-`Waker.wake` is the one function that makes a parked job (`waiting`) runnable again; it and the answers that
+`Waker.wake` is the one function that makes a parked job (`suspended`) runnable again; it and the answers that
 resume a job asking for input (`JobService.provide_input`) both hand the job to the workers through
 `hand_to_workers`. `Waker.wake_due` is the wake-at-time logic: it reads the wake schedule (`keys.wake`) a few
 times a second, in every worker's main process and in every sweeper. A parent is woken by the child that
@@ -59,7 +59,7 @@ class Waker:
         """Wake the parent if it waits for children and all of them are finished (after a child finished, or
         right after the parent parked). True if it was woken."""
         waiting = self.store.waiting_of(parent_id)
-        if waiting is None or waiting.state is not JobState.WAITING or not waiting.children:
+        if waiting is None or waiting.state is not JobState.SUSPENDED or not waiting.children:
             return False
         if not self.children_done(waiting.children):
             return False
@@ -76,7 +76,7 @@ class Waker:
             for job_id, score in due:
                 at: int | None = None
                 waiting = self.store.waiting_of(job_id)
-                if waiting is not None and waiting.state is JobState.WAITING:
+                if waiting is not None and waiting.state is JobState.SUSPENDED:
                     if waiting.wake_ms is not None:
                         outcome = self.wake(job_id, waiting.token, waiting.operation)
                         at = waiting.wake_ms if outcome is Woken.EARLY else None

@@ -54,8 +54,8 @@ FIELDS: tuple[Field, ...] = (
     Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
     Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
     Field("parent", "the job whose `ctx.spawn` made this one", "submit, create"),
-    Field("wake", "until when a sleeping job waits (Redis ms)", "transition (waiting); wake drops it"),
-    Field("kids", "the child jobs a waiting job waits for, JSON ids", "transition (waiting); wake drops it"),
+    Field("wake", "until when a sleeping job waits (Redis ms)", "transition (suspended); wake drops it"),
+    Field("kids", "the child jobs a waiting job waits for, JSON ids", "transition (suspended); wake drops it"),
 )
 
 #: Field names by name, to look one up.

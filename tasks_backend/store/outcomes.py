@@ -68,7 +68,7 @@ class Answered(enum.StrEnum):
     #: Every request answered: the job is queued again.
     QUEUED = "queued"
     #: Some requests still open.
-    WAITING = "waiting"
+    SUSPENDED = "suspended"
     #: The job does not wait for input.
     CONFLICT = "conflict"
     MISSING = "missing"

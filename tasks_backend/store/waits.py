@@ -49,10 +49,10 @@ class Waits:
 
     def park(self, job_id: str, token: int, change: Change, *, look_in_ms: int,
              request_id: str | None = None) -> tuple[Moved, int]:
-        """Move a running job to `waiting` (fenced by `token`), writing `change`; the wake schedule gets the job
+        """Move a running job to `suspended` (fenced by `token`), writing `change`; the wake schedule gets the job
         `look_in_ms` from now in the same round trip, before the move, so a waiting job always has an entry.
         Returns (outcome, Redis time of the move or 0)."""
-        args = [request_id or new_request_id(), token, JobState.WAITING.value, JobState.RUNNING.value, "",
+        args = [request_id or new_request_id(), token, JobState.SUSPENDED.value, JobState.RUNNING.value, "",
                 *change.pairs()]
 
         def build(p: Any) -> None:

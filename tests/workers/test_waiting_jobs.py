@@ -67,7 +67,7 @@ def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deploy
 def test_twenty_sleepers_hold_none_of_two_worker_slots(deployment: Deployment, tmp_path: Path) -> None:
     deployment.worker("w", concurrency=2)
     sleepers = [deployment.submit("test.sleeper", {"seconds": 30}) for _ in range(20)]
-    wait_until(lambda: all(deployment.state(j) is JobState.WAITING for j in sleepers), 20, interval=0.1,
+    wait_until(lambda: all(deployment.state(j) is JobState.SUSPENDED for j in sleepers), 20, interval=0.1,
                message="every sleeper to park")
     shown = deployment.job(sleepers[0])
     assert shown["status"] == "working" and shown["statusMessage"].startswith("Sleeping until ")
@@ -76,7 +76,7 @@ def test_twenty_sleepers_hold_none_of_two_worker_slots(deployment: Deployment, t
     others = [deployment.submit("test.steps", {"ledger": str(tmp_path / f"other{i}"), "steps": 2}) for i in range(6)]
     wait_until(lambda: all(deployment.state(j) is JobState.COMPLETED for j in others), 15, interval=0.1,
                message="the other jobs to finish")
-    assert all(deployment.state(j) is JobState.WAITING for j in sleepers)
+    assert all(deployment.state(j) is JobState.SUSPENDED for j in sleepers)
     assert deployment.runtime.store.now_ms() < min(wake_ms)  # long before the sleepers' time
     wait_until(lambda: all(deployment.state(j) is JobState.COMPLETED for j in sleepers), 40, interval=0.1,
                message="every sleeper to wake and finish")
@@ -99,7 +99,7 @@ def test_a_parent_survives_a_sigkill_of_its_worker_and_each_child_runs_once(
     deployment.sweeper()
     parent = deployment.submit("test.parent", {"ledger": str(ledger), "children": 3, "gate": str(gate)})
     if kill_when == "parked":
-        wait_until(lambda: deployment.state(parent) is JobState.WAITING
+        wait_until(lambda: deployment.state(parent) is JobState.SUSPENDED
                    and sum(e["event"] == "child start" for e in lines(ledger)) == 3, 30,
                    message="the parent to wait for its three running children")
     else:

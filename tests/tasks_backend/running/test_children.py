@@ -62,7 +62,7 @@ def test_a_waiting_parent_holds_no_worker_and_says_what_it_waits_for(
     # waiting would leave its child no slot to run in.
     parents = [submit(http, "test.parent", {"ledger": str(ledger), "children": 1, "gate": str(gate)})
                for _ in range(5)]
-    wait_until(lambda: all(runtime.store.get(p).state is JobState.WAITING for p in parents), 20,  # type: ignore[union-attr]
+    wait_until(lambda: all(runtime.store.get(p).state is JobState.SUSPENDED for p in parents), 20,  # type: ignore[union-attr]
                message="every parent to wait")
     shown = http.get(f"/v1/jobs/{parents[0]}", headers=ALICE).json()
     assert (shown["status"], shown["statusMessage"]) == ("working", "Waiting for 1 child job.")
@@ -96,7 +96,7 @@ def test_cancelling_the_parent_cancels_its_unfinished_children(
         http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"
     parent = submit(http, "test.parent", {"ledger": str(ledger), "children": 3, "gate": str(gate)})
-    wait_until(lambda: runtime.store.get(parent).state is JobState.WAITING  # type: ignore[union-attr]
+    wait_until(lambda: runtime.store.get(parent).state is JobState.SUSPENDED  # type: ignore[union-attr]
                and sum(e["event"] == "child start" for e in lines(ledger)) == 3, 20,
                message="the parent to wait and its children to run")
     kids = children_of(http, parent)

@@ -1,4 +1,4 @@
-"""Long sleeps park the job (`waiting`, shown as `working` with the time) and hold no worker; the waker in the
+"""Long sleeps park the job (`suspended`, shown as `working` with the time) and hold no worker; the waker in the
 worker's main process wakes them at their time; a sleep already done is not slept again; cancel ends one at once."""
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ def test_a_sleep_already_done_is_not_slept_again_on_replay(
     ledger = tmp_path / "ledger"
     job_id = http.post("/v1/jobs", json={"operation": "test.sleeper", "params": {
         "seconds": 5, "ledger": str(ledger), "ask": True}}, headers=ALICE).json()["taskId"]
-    waiting = wait_until(lambda: (j := job(http, job_id)).get("statusMessage", "").startswith("Sleeping until") and j, 10)
+    waiting = wait_until(lambda: (j := job(http, job_id)).get("statusMessage", "").startswith("Sleeping until") and j,
+                         30, message="the sleeper to park")
     assert waiting["status"] == "working"
-    assert runtime.store.get(job_id).state is JobState.WAITING  # type: ignore[union-attr]
+    assert runtime.store.get(job_id).state is JobState.SUSPENDED  # type: ignore[union-attr]
     until = waiting["statusMessage"].removeprefix("Sleeping until ").rstrip(".")
     wait_until(lambda: job(http, job_id)["status"] == "input_required", 10, message="the wake, then the question")
     woke = time.time()
@@ -59,7 +60,7 @@ def test_cancel_ends_a_sleeping_job_at_once(http: httpx.Client, runtime: Runtime
     ledger = tmp_path / "ledger"
     job_id = http.post("/v1/jobs", json={"operation": "test.sleeper", "params": {
         "seconds": 60, "ledger": str(ledger)}}, headers=ALICE).json()["taskId"]
-    wait_until(lambda: runtime.store.get(job_id).state is JobState.WAITING, 10)  # type: ignore[union-attr]
+    wait_until(lambda: runtime.store.get(job_id).state is JobState.SUSPENDED, 10)  # type: ignore[union-attr]
     cancelled = http.post(f"/v1/jobs/{job_id}/cancel", headers=ALICE).json()
     assert cancelled["status"] == "cancelled"
     # Its entry on the wake schedule finds it cancelled and is dropped; the job never runs again.
