@@ -39,6 +39,7 @@ from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
+from .children import after_cancel
 from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
 
 log = logging.getLogger(__name__)
@@ -286,17 +287,8 @@ class JobService:
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
         record = self.get(principal, job_id)
-        self._cancel_children(record.owner, job_id)
-        if record.parent_id is not None:
-            Waker(self.store, self.dispatcher, self.settings).check_parent(record.parent_id)
+        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
         return record
-
-    def _cancel_children(self, owner: str, job_id: str, depth: int = 0) -> None:
-        """Cancel the unfinished children of a cancelled job, and theirs. (A child that this misses, as the
-        process died, is cancelled when a worker next picks it up, see `Executor.run`.)"""
-        for child_id in self.store.child_ids(job_id):
-            if self.store.request_cancel(child_id, owner) is Cancelled.CANCELLED and depth < 16:
-                self._cancel_children(owner, child_id, depth + 1)
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         """Record answers to open input requests; once all are answered the job resumes."""
