@@ -31,6 +31,8 @@ T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
 #: A sleep this long or longer parks the job (it holds no worker meanwhile); a shorter one sleeps in the worker.
 PARK_MIN_S = 5.0
+#: What is left of a long sleep when its job runs again (woken a moment early) is slept in the worker below this (ms).
+NAP_REST_MS = 1000
 #: How often a waiting parent's children are looked at again, should a child's notice have been lost (ms).
 CHILDREN_CHECK_MS = 5000
 
@@ -219,17 +221,18 @@ class JobContext:
             self._nap(seconds)
             return
         until = self.step(self._next("sleep"), lambda: self._store.now_ms() + int(seconds * 1000))
-        self._sleep_to(int(until))
+        self._sleep_to(int(until), nap_below_ms=NAP_REST_MS)
 
     def sleep_until(self, when: dt.datetime) -> None:
         """Sleep until `when` (a naive datetime is taken as UTC), parking as `sleep` does when 5 s or more away."""
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.UTC)
-        self._sleep_to(int(when.timestamp() * 1000))
+        self._sleep_to(int(when.timestamp() * 1000), nap_below_ms=int(PARK_MIN_S * 1000))
 
-    def _sleep_to(self, until_ms: int) -> None:
+    def _sleep_to(self, until_ms: int, nap_below_ms: int) -> None:
+        """Park until `until_ms` (Redis ms), or sleep in the worker if less than `nap_below_ms` is left."""
         left = until_ms - through_outage(self._store.now_ms, self._tolerance)
-        if left < PARK_MIN_S * 1000:
+        if left < nap_below_ms:
             self._nap(max(0, left) / 1000)
             return
         self.check_cancelled()

@@ -68,7 +68,7 @@ class Answered(enum.StrEnum):
     #: Every request answered: the job is queued again.
     QUEUED = "queued"
     #: Some requests still open.
-    SUSPENDED = "suspended"
+    WAITING = "waiting"
     #: The job does not wait for input.
     CONFLICT = "conflict"
     MISSING = "missing"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -208,14 +209,19 @@ class SleeperParams(Schema):
     seconds = fields.Float(required=True)
     ledger = fields.String(load_default=None, allow_none=True)
     ask = fields.Boolean(load_default=False)
+    until = fields.String(load_default=None, allow_none=True)
 
 
 @job("test.sleeper", params=SleeperParams, ttl=600, poll_interval=0.1)
-def sleeper(ctx: JobContext, seconds: float, ledger: str | None, ask: bool) -> dict[str, Any]:
-    """Sleeps `seconds` (parking from 5 s on); then, with `ask`, asks a question. Every run notes its start."""
+def sleeper(ctx: JobContext, seconds: float, ledger: str | None, ask: bool, until: str | None) -> dict[str, Any]:
+    """Sleeps `seconds` (parking from 5 s on), or until the ISO time `until`; then, with `ask`, asks a question.
+    Every run notes its start."""
     if ledger:
         _append(ledger, {"event": "start", "pid": os.getpid()})
-    ctx.sleep(seconds)
+    if until:
+        ctx.sleep_until(datetime.fromisoformat(until))
+    else:
+        ctx.sleep(seconds)
     if ledger:
         _append(ledger, {"event": "woke"})
     answer = ctx.ask("go", "Go on?") if ask else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,6 @@ def test_a_sleep_already_done_is_not_slept_again_on_replay(
 
 
 def _ms(stamp: str) -> int:
-    from datetime import datetime
     return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
@@ -76,3 +76,13 @@ def test_short_sleeps_stay_in_the_worker(runtime: Runtime) -> None:
     wait_until(lambda: runtime.store.get(record.id).state is JobState.RUNNING, 10)  # type: ignore[union-attr]
     done = wait_until(lambda: (r := runtime.store.get(record.id)) and r.terminal and r, 10)
     assert done.state is JobState.COMPLETED and runtime.store.recorded_step(record.id, "sleep:0") is None
+
+
+def test_sleep_until_takes_a_naive_time_as_utc(runtime: Runtime) -> None:
+    due_ms = runtime.store.now_ms() + 60_000
+    naive = datetime.fromtimestamp(due_ms / 1000, tz=UTC).replace(tzinfo=None).isoformat()
+    record, _ = runtime.service.submit(A, "test.sleeper", {"seconds": 0, "until": naive})
+    wait_until(lambda: runtime.store.get(record.id).state is JobState.SUSPENDED, 10)  # type: ignore[union-attr]
+    waiting = runtime.store.waiting_of(record.id)
+    assert waiting is not None and waiting.wake_ms is not None and abs(waiting.wake_ms - due_ms) <= 1
+    runtime.service.cancel(A, record.id)
