@@ -15,7 +15,9 @@ import pytest
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.fields import Change
 from tests.conftest import ALICE, wait_until
+from tests.tasks_backend.store.test_replay import idle_runtime
 
 pytestmark = pytest.mark.usefixtures("worker")
 A = Principal("alice")
@@ -86,3 +88,17 @@ def test_sleep_until_takes_a_naive_time_as_utc(runtime: Runtime) -> None:
     waiting = runtime.store.waiting_of(record.id)
     assert waiting is not None and waiting.wake_ms is not None and abs(waiting.wake_ms - due_ms) <= 1
     runtime.service.cancel(A, record.id)
+
+
+def test_the_wake_schedule_wakes_a_parent_whose_last_childs_notice_was_lost(runtime: Runtime) -> None:
+    """A child that finished without telling its parent (its process died first): the wake schedule, which a
+    waiting parent is on, looks at its children and wakes it."""
+    store, idle = runtime.store, idle_runtime(runtime)
+    child, _ = idle.service.submit(A, "test.noop", {})
+    store.request_cancel(child.id, "alice")
+    parent, _ = idle.service.submit(A, "test.noop", {})
+    store.claim(parent.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    change = Change.waiting("Waiting for 1 child job.", children_json=json.dumps([child.id]))
+    assert store.park(parent.id, 1, change, look_in_ms=0)[0] == "ok"
+    wait_until(lambda: store.get(parent.id).state is not JobState.SUSPENDED, 5,  # type: ignore[union-attr]
+               message="the waker in the worker to wake the parent")
