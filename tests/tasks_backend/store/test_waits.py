@@ -38,6 +38,7 @@ def test_a_wake_applied_twice_queues_once_and_says_so_both_times(runtime: Runtim
     assert record is not None and record.state is JobState.QUEUED and record.status_message == "Resuming."
     assert store.wake(job_id, 1, "Resuming.", sweep_in_ms=60_000) == (Woken.IDLE, 0)  # a new request: not waiting
     assert store.waiting_of(job_id) is not None and store.waiting_of(job_id).children == []  # type: ignore[union-attr]
+    runtime.service.cancel(ALICE, job_id)  # queued where no worker reads: left, the sweeper would republish it
 
 
 def test_a_sleeper_is_not_woken_before_its_time(runtime: Runtime) -> None:
@@ -57,3 +58,4 @@ def test_a_child_is_indexed_once_for_as_long_as_its_parent_lives(runtime: Runtim
     ttl = store.redis.pttl(store.keys.children(parent.id))
     assert abs(store.redis.pttl(store.keys.job(parent.id)) - ttl) < 100  # the expiry of the parent itself
     assert not store.index_child("no-such-parent", "child-1")
+    runtime.service.cancel(ALICE, parent.id)
