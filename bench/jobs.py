@@ -10,7 +10,7 @@ from typing import Any
 from marshmallow import Schema, fields
 
 from tasks_backend import job
-from tasks_backend.running.execution import JobContext
+from tasks_backend.running.context import JobContext
 
 
 class NoParams(Schema):

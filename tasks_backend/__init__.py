@@ -9,8 +9,8 @@ from .access.auth import Principal
 from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
+from .running.context import ChildFailed, JobContext
 from .running.declared import schedule
-from .running.execution import JobContext
 from .running.registry import job
 from .service.jobs import JobService
 from .service.runtime import build_runtime, connect_service
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # defining jobs
+    "ChildFailed",
     "JobContext",
     "job",
     "schedule",

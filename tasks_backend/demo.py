@@ -10,7 +10,7 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from .running.execution import JobContext
+from .running.context import JobContext
 from .running.registry import job
 
 
@@ -22,9 +22,22 @@ class SleepParams(Schema):
 @job("demo.sleep", params=SleepParams, ttl=3600, poll_interval=1, description="Sleep in slices, reporting progress")
 def sleep(ctx: JobContext, seconds: float, steps: int) -> dict[str, Any]:
     for i in range(steps):
-        ctx.sleep(seconds / steps)
+        ctx.sleep(seconds / steps, hold_worker=True)  # a running job to watch: it keeps its worker
         ctx.progress(i + 1, steps, f"slept {seconds * (i + 1) / steps:g}s of {seconds:g}s")
     return {"slept": seconds}
+
+
+class FanoutParams(Schema):
+    parts = fields.Integer(load_default=3, validate=validate.Range(min=1, max=100))
+    pause = fields.Float(load_default=0, validate=validate.Range(min=0, max=3600))
+
+
+@job("demo.fanout", params=FanoutParams, ttl=7200, poll_interval=1,
+     description="Sleep, then run parts as child jobs and wait for them, holding no worker meanwhile")
+def fanout(ctx: JobContext, parts: int, pause: float) -> dict[str, Any]:
+    ctx.sleep(pause)  # from 5 s on the job parks: its worker is free until the time comes
+    ids = [ctx.spawn("demo.sleep", {"seconds": 1, "steps": 1}) for _ in range(parts)]
+    return {"parts": ctx.wait_for(ids)}
 
 
 class ExportParams(Schema):

@@ -94,15 +94,16 @@ def list_jobs() -> Response:
         raise BadRequest("`limit` must be an integer.") from exc
     schedule = request.args.get("schedule")
     if schedule is not None:  # the jobs a schedule made (its own index), newest tick first
-        if request.args.get("status") is not None:
-            raise BadRequest("`schedule` and `status` cannot be combined.")
+        if request.args.get("status") is not None or request.args.get("parent") is not None:
+            raise BadRequest("`schedule` cannot be combined with `status` or `parent`.")
         runtime: Runtime = current_app.extensions["tasks_backend"]
         records, cursor = runtime.schedules().jobs_of(g.principal, schedule, limit=limit,
                                                       cursor=request.args.get("cursor") or None)
     else:
         # An empty `status=` is a status that names nothing (a 400), not "any status".
         records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
-                                          cursor=request.args.get("cursor") or None)
+                                          cursor=request.args.get("cursor") or None,
+                                          parent=request.args.get("parent"))
     return jsonify({"jobs": [handle(r) | {"operation": r.operation} | ({"schedule": r.schedule} if r.schedule else {})
                              for r in records], "nextCursor": cursor})
 

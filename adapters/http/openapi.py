@@ -33,6 +33,8 @@ _HANDLE = {
         "result": {},
         "error": {"type": "object"},
         "inputRequests": {"type": "object"},
+        "parentId": {"type": "string", "format": "uuid",
+                     "description": "The job whose `ctx.spawn` started this one (children only)."},
     },
 }
 
@@ -123,8 +125,10 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 {"name": "cursor", "in": "query", "schema": {"type": "string"},
                  "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."},
                 {"name": "schedule", "in": "query", "schema": {"type": "string"},
-                 "description": "Only the jobs the schedule of this name made (not with `status`)."}],
-                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400")}},
+                 "description": "Only the jobs the schedule of this name made (not with `status` or `parent`)."},
+                {"name": "parent", "in": "query", "schema": {"type": "string"},
+                 "description": "List the child jobs of this job of yours instead (404 if it is not yours)."}],
+                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
                                       "responses": {**_answer("200", "The job"), **_errors("404")}}},

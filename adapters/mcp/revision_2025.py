@@ -69,7 +69,7 @@ def url_mode(session_id: str | None) -> bool:
 
 def task(record: JobRecord) -> dict[str, Any]:
     """The 2025-11-25 Task: the shared handle with `ttlMs`/`pollIntervalMs` named `ttl`/`pollInterval`."""
-    out = handle(record)
+    out = shared.parent_in_meta(handle(record))
     out["ttl"] = out.pop("ttlMs")
     out["pollInterval"] = out.pop("pollIntervalMs")
     if record.state is JobState.FAILED and "statusMessage" not in out:

@@ -63,7 +63,7 @@ def url_mode(call: McpRequest) -> bool:
 def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
     """The extension's DetailedTask: the handle plus what its status carries. With `page` (a client that
     declares URL-mode elicitation), its questions point at the job's web page instead of carrying forms."""
-    out = handle(record)
+    out = shared.parent_in_meta(handle(record))
     if record.state is JobState.COMPLETED:
         out["result"] = shared.call_tool_result(record) | {"resultType": "complete"}
     elif record.state is JobState.FAILED:
@@ -78,6 +78,10 @@ def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
         out["inputRequests"] = requests if page is None else {
             key: shared.url_elicitation(record.id, key, request, page) for key, request in requests.items()}
     return out
+
+
+def _with_meta(out: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    return out | {"_meta": {**out.get("_meta", {}), **meta}}
 
 
 def _detailed(call: McpRequest, record: JobRecord) -> dict[str, Any]:
@@ -105,7 +109,7 @@ def call_tool(call: McpRequest) -> Reply:
     call.runtime.registry.get(shared.string_param(call.params, "name"))
     _require_tasks(call)
     record, _ = shared.submit_call(call)
-    return {"resultType": "task", **handle(record)}
+    return {"resultType": "task", **shared.parent_in_meta(handle(record))}
 
 
 def get_task(call: McpRequest) -> Reply:
@@ -166,7 +170,7 @@ def listen(call: McpRequest) -> Reply:
             # the number of tasks, and no reader outlives the stream (or the slot that counts it).
             for record in follow(call.runtime.streaming(), records, max_s=max_s, block_ms=STREAM_BLOCK_MS):
                 yield shared.sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
-                                 "params": {**_detailed(call, record), "_meta": meta}})
+                                 "params": _with_meta(_detailed(call, record), meta)})
         except StoreUnavailable as exc:  # Redis failed: the client listens again
             log.info("listen ended early: %r", exc.__cause__)
         yield shared.sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))

@@ -39,6 +39,18 @@ CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
 SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
+#: The `_meta` key of a task that names the job whose `ctx.spawn` started it (the handle's `parentId`).
+PARENT_META = "io.tasks-backend/parentId"
+
+
+def parent_in_meta(task: dict[str, Any]) -> dict[str, Any]:
+    """A task built from the shared handle, with `parentId` moved into its `_meta` (MCP's Task has no such field)."""
+    parent = task.pop("parentId", None)
+    if parent is not None:
+        task.setdefault("_meta", {})[PARENT_META] = parent
+    return task
+
+
 #: The `_meta` key of `tools/call` that carries an idempotency key (same rules as HTTP `Idempotency-Key`).
 IDEMPOTENCY_META = "io.tasks-backend/idempotencyKey"
 

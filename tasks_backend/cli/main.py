@@ -92,6 +92,8 @@ def sweeper() -> None:
     ticker = threading.Thread(target=runtime.schedules().ticker().run_forever, args=(stop,), name="ticker",
                               daemon=True)
     ticker.start()
+    # Waiting jobs are woken at their time by a loop of its own, not at the sweep's pace.
+    threading.Thread(target=runtime.waker().run_forever, args=(stop,), name="wake-waiting", daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         runtime.sweeper().run_forever(stop)
     stop.set()

@@ -22,6 +22,8 @@ class JobState(enum.StrEnum):
     """A worker holds the lease and is running the job function."""
     INPUT_REQUIRED = "input_required"
     """Parked until every open input request is answered; holds no worker."""
+    SUSPENDED = "suspended"
+    """Parked until a time (a long `ctx.sleep`) or until its child jobs finish (`ctx.wait_for`); holds no worker."""
     COMPLETED = "completed"
     """The job function returned; its result is stored."""
     FAILED = "failed"
@@ -36,9 +38,12 @@ ALLOWED_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # running -> queued: a lapsed lease (dead worker) or a transient error being retried.
     JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
     JobState.RUNNING: frozenset(
-        {JobState.QUEUED, JobState.INPUT_REQUIRED, JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}
+        {JobState.QUEUED, JobState.INPUT_REQUIRED, JobState.SUSPENDED, JobState.COMPLETED, JobState.FAILED,
+         JobState.CANCELLED}
     ),
     JobState.INPUT_REQUIRED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
+    # suspended -> queued: its time came, or its children finished (`running.waking`).
+    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.FAILED}),
     JobState.COMPLETED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),
@@ -95,6 +100,8 @@ class JobRecord:
     idempotency_key: str | None = None
     #: The name of the schedule whose tick made the job (None: submitted).
     schedule: str | None = None
+    #: The job whose `ctx.spawn` made this one (None: submitted by a caller).
+    parent_id: str | None = None
 
     @property
     def params(self) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from .states import WIRE_STATUS
 
 
 def handle(record: JobRecord) -> dict[str, Any]:
-    """The task handle: the same fields in HTTP, MCP 2026 and (renamed) MCP 2025."""
+    """The task handle: the same fields in HTTP, MCP 2026 and (renamed) MCP 2025 (MCP moves `parentId`, the job
+    that spawned this one, into the task's `_meta`)."""
     out: dict[str, Any] = {
         "taskId": record.id,
         "status": WIRE_STATUS[record.state],
@@ -21,6 +22,8 @@ def handle(record: JobRecord) -> dict[str, Any]:
     out["lastUpdatedAt"] = rfc3339(record.updated_ms)
     out["ttlMs"] = record.ttl_ms
     out["pollIntervalMs"] = record.poll_ms
+    if record.parent_id:
+        out["parentId"] = record.parent_id
     return out
 
 

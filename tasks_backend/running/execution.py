@@ -1,4 +1,4 @@
-"""Running one job on a worker: claim, the job context, lease keeping, and recording the outcome.
+"""Running one job on a worker: claim, lease keeping, and recording the outcome (the job context: `context`).
 
 Delivery is at least once, so this is where "runs once" is made: a claim is a lease with a fencing
 token, every write carries the token (a worker that lost its lease can change nothing), recorded
@@ -11,7 +11,6 @@ recorded step, rather than when their lease lapses.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -19,9 +18,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-from marshmallow import Schema
+from typing import Any
 
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
@@ -29,55 +26,23 @@ from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
-from ..store.outcomes import Claimed, Moved, Standing, Stepped
+from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
+from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Suspend
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
 from .stats import JobStats
+from .waking import Waker
 
-T = TypeVar("T")
-Form = dict[str, Any] | type[Schema] | Schema | None
+#: What `ctx.spawn` calls: (owner, operation, params, idempotency key, parent id) -> the child's id.
+Spawner = Callable[[str, str, Any, str, str], str]
 log = logging.getLogger(__name__)
 #: How often a worker process writes what may lag a job's outcome (metrics, sweep schedule cleanup).
 TICK_S = 1.0
 
 
-# Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
-class CancellationRequested(BaseException):
-    """Raised at a cancellation point once the owner cancelled the job (it is `cancelled` already)."""
-
-
-class LeaseLost(BaseException):
-    """This worker no longer holds the job (its lease lapsed, or the job expired or finished)."""
-
-
-class HandedBack(BaseException):
-    """Raised at a cancellation point once this worker is stopping: the job goes back to the queue."""
-
-
-class _Parked(BaseException):
-    def __init__(self, requests: dict[str, Any], message: str) -> None:
-        self.requests = requests
-        self.message = message
-
-
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Lease:
-    """What the keeper knows of one running job: its token, and whether it was cancelled or lost."""
-
-    def __init__(self, job_id: str, token: int) -> None:
-        self.job_id, self.token = job_id, token
-        self.cancelled = threading.Event()
-        self.lost = threading.Event()
-
-    def observe(self, state: Standing) -> None:
-        if state == Standing.LOST:
-            self.lost.set()
-        elif state == Standing.CANCELLED:
-            self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
 
 
 class LeaseKeeper:
@@ -131,123 +96,13 @@ class LeaseKeeper:
                 lease.observe(state)
 
 
-class JobContext:
-    """What a job function gets as `ctx`."""
-
-    def __init__(self, executor: Executor, record: JobRecord, token: int, keeper: Lease) -> None:
-        self._executor = executor
-        self._store = executor.store
-        self._keeper = keeper
-        self._token = token
-        self._tolerance = executor.settings.lease_s * 10
-        self.job_id = record.id
-        self.operation = record.operation
-        self.attempt = record.attempts  # the claim already counted this run
-        self._last_progress = 0.0
-        self._last_check = 0.0
-        #: The job was told it should stop because its worker is: whatever it returns is not its result.
-        self.told_to_stop = False
-
-    # -- progress and cancellation ----------------------------------------------
-    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
-        """Report progress. Cheap to call often: writes are coalesced to a few per second."""
-        now = time.monotonic()
-        final = total is not None and done >= total
-        if not final and now - self._last_progress < 0.1:
-            return
-        self._last_progress = now
-        try:
-            state = self._store.progress(self.job_id, self._token, message=message, done=done, total=total)
-        except StoreUnavailable:
-            return  # progress is advisory; the next call or the outcome will carry on
-        self._observe(state)
-
-    def _observe(self, state: Standing) -> None:
-        self._keeper.observe(state)
-        self._last_check = time.monotonic()
-
-    @property
-    def cancelled(self) -> bool:
-        if self._executor.stopping.is_set():
-            self.told_to_stop = True
-            return True
-        if self._keeper.cancelled.is_set() or self._keeper.lost.is_set():
-            return True
-        if time.monotonic() - self._last_check > 0.05:
-            try:
-                standing = self._store.standing_of(self.job_id, self._token)
-            except StoreUnavailable:
-                return False
-            self._observe(standing)
-        return self._keeper.cancelled.is_set() or self._keeper.lost.is_set()
-
-    def check_cancelled(self) -> None:
-        """A cancellation point: raises if the job was cancelled or this worker lost it."""
-        if self.cancelled:
-            if self._keeper.cancelled.is_set():
-                raise CancellationRequested()
-            if self.told_to_stop:
-                raise HandedBack()
-            raise LeaseLost()
-
-    # -- durability --------------------------------------------------------------
-    def step(self, name: str, fn: Callable[[], T]) -> T:
-        """Run `fn` once for this job and record its JSON result; a replay returns the record."""
-        recorded = through_outage(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
-        if recorded is not None:
-            return json.loads(recorded)  # type: ignore[no-any-return]
-        self.check_cancelled()
-        value = fn()
-        encoded = json.dumps(value)
-        outcome, stored = through_outage(
-            lambda: self._store.record_step(self.job_id, self._token, name, encoded), self._tolerance)
-        if outcome is Stepped.CANCELLED:
-            self._keeper.cancelled.set()
-            raise CancellationRequested()
-        if outcome is Stepped.FENCED:
-            raise LeaseLost()
-        return json.loads(stored)  # type: ignore[no-any-return]
-
-    def idempotency_key(self, name: str) -> str:
-        """A key stable across every replay of this job, for downstream APIs that deduplicate."""
-        return hashlib.sha256(f"{self.job_id}:{name}".encode()).hexdigest()[:32]
-
-    def ask(self, key: str, message: str, schema: Form = None) -> Any:
-        """The answer to `key` if one was given (None if declined); otherwise park the job and ask."""
-        return self.ask_all({key: (message, schema)})[key]
-
-    def ask_all(self, questions: dict[str, tuple[str, Form]]) -> dict[str, Any]:
-        """Ask several questions at once; the job resumes when every one of them is answered."""
-        recorded = through_outage(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
-        answers: dict[str, Any] = {}
-        missing: dict[str, Any] = {}
-        for key, (message, schema) in questions.items():
-            raw = recorded.get(key)
-            if raw is None:
-                missing[key] = {"method": "elicitation/create",
-                                "params": {"mode": "form", "message": message,
-                                           "requestedSchema": self._executor.registry.form_schema(schema)}}
-                continue
-            answer = json.loads(raw)
-            answers[key] = answer.get("content") if answer.get("action") == "accept" else None
-        if missing:
-            first = next(iter(missing.values()))["params"]["message"]
-            raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
-        return answers
-
-    def sleep(self, seconds: float) -> None:
-        """Sleep, waking early (and raising) if the job is cancelled or lost meanwhile."""
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
-            self.check_cancelled()
-            self._keeper.cancelled.wait(min(left, 0.1))
-        self.check_cancelled()
-
-
 class Executor:
     def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
-                 name: str | None = None) -> None:
+                 name: str | None = None, spawner: Spawner | None = None) -> None:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
+        #: Starts a child job for `ctx.spawn` (the service's submit, wired by the runtime).
+        self.spawner = spawner
+        self.waker = Waker(store, dispatcher, settings)
         self.name = name or worker_name()
         self.lease_ms = int(settings.lease_s * 1000)
         self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
@@ -279,6 +134,8 @@ class Executor:
                                         "the worker running it was lost each time.", "type": "WorkerLost"})
         if outcome is not Claimed.OK or record is None:
             return outcome
+        if record.parent_id is not None and self._parent_cancelled(record):
+            return self._cancelled(record)
         lease = self.keeper.hold(job_id, record.token)
         with self._finished_lock:
             self._running[job_id] = record
@@ -309,6 +166,8 @@ class Executor:
             encoded = json.dumps(result)
         except HandedBack:
             return self._hand_back(record, token)
+        except _Suspend as waiting:
+            return self._park(record, token, waiting)
         except _Parked as parked:
             return self._finish(record, token, JobState.INPUT_REQUIRED,
                                 Change.parked(json.dumps(parked.requests), parked.message))
@@ -377,13 +236,47 @@ class Executor:
         if terminal:
             with self._finished_lock:
                 self._finished.append(record.id)
+            self._tell_parent(record)
         return target.value
+
+    def _park(self, record: JobRecord, token: int, waiting: _Suspend) -> str:
+        """The job waits for a time or for its children (`ctx.sleep`, `ctx.wait_for`), holding no worker. A
+        parent then reads its children at once: the last of them may have finished before the park."""
+        request_id = new_request_id()
+        outcome, _ = through_outage(lambda: self.store.park(
+            record.id, token, waiting.change, look_in_ms=waiting.look_in_ms, request_id=request_id),
+            self.settings.lease_s * 10)
+        if outcome is Moved.CANCELLED:
+            return self._cancelled(record)
+        if outcome is not Moved.OK:
+            return outcome
+        if waiting.children:
+            with contextlib.suppress(StoreUnavailable):  # the wake schedule looks again soon
+                self.waker.check_parent(record.id)
+        return JobState.SUSPENDED.value
+
+    def _parent_cancelled(self, record: JobRecord) -> bool:
+        """A child whose parent was cancelled (and whose cancel the parent's cancel missed) is cancelled now."""
+        assert record.parent_id is not None
+        parent = self.store.states_of([record.parent_id])[0]
+        if parent is not JobState.CANCELLED:
+            return False
+        return self.store.request_cancel(record.id, record.owner) is Cancelled.CANCELLED
+
+    def _tell_parent(self, record: JobRecord) -> None:
+        """A child finished: its parent may wait for it (see `waking`)."""
+        if record.parent_id is not None:
+            try:
+                self.waker.check_parent(record.parent_id)
+            except StoreUnavailable:
+                log.info("parent %s of %s left to the wake schedule", record.parent_id, record.id)
 
     def _cancelled(self, record: JobRecord) -> str:
         """The owner cancelled this run (the job is `cancelled` already): count it, record nothing."""
         self.stats.note_outcome(record, JobState.CANCELLED, now_ms())
         with self._finished_lock:
             self._finished.append(record.id)
+        self._tell_parent(record)
         return JobState.CANCELLED.value
 
 

@@ -32,12 +32,14 @@ from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.states import STATES_FOR_STATUS
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
+from ..running.waking import Waker, hand_to_workers
 from ..serving.drain import Drain, Interrupted
 from ..store import fields as job_fields
 from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
+from .children import after_cancel
 from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,17 @@ class JobService:
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
-               idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+               idempotency_key: str | None = None, ttl_s: float | None = None,
+               parent_id: str | None = None) -> tuple[JobRecord, SubmitOutcome]:
+        """Accept a job (the same handle again for the same idempotency key and request). `parent_id`: the job
+        whose `ctx.spawn` makes this one; the child is added to the parent's index."""
+        record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s, parent_id)
+        if parent_id is not None:
+            self.store.index_child(parent_id, record.id)
+        return record, outcome
+
+    def _submit(self, principal: Principal | str, operation: str, params: Any, idempotency_key: str | None,
+                ttl_s: float | None, parent_id: str | None) -> tuple[JobRecord, SubmitOutcome]:
         owner = as_principal(principal).name
         ttl_s = self.limits.check_submit(owner, params, ttl_s)
         spec = self.registry.get(operation)
@@ -91,7 +103,8 @@ class JobService:
             job_id = str(uuid.uuid4())
             # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
-                                     params_json=params_json, idempotency_key=idempotency_key)
+                                     params_json=params_json, idempotency_key=idempotency_key,
+                                     parent_id=parent_id)
             # When the broker is the store's Redis the enqueue rides in the same round trip as the record
             # (with a key, only if the key turns out ours: see `RedisStore.create`).
             push = self._inline_push(job_id, operation)
@@ -158,13 +171,17 @@ class JobService:
         return _visible(principal, record), value
 
     def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,
-             cursor: str | None = None, where: Selector | None = None) -> tuple[list[JobRecord], str | None]:
+             cursor: str | None = None, where: Selector | None = None,
+             parent: str | None = None) -> tuple[list[JobRecord], str | None]:
         """The caller's own jobs, newest first; `next_cursor` is None on the last page.
 
-        `where` narrows further (a protocol's own filters). A cursor is handed out only when another
-        job matches after the page, so that the last page never points at an empty one.
+        `where` narrows further (a protocol's own filters); `parent` lists that job's children instead (the
+        parent must be the caller's: another's answers `JobNotFound`). A cursor is handed out only when
+        another job matches after the page, so that the last page never points at an empty one.
         """
         principal = as_principal(who)
+        if parent is not None:
+            self.get(principal, parent)
         if status is not None and status not in STATES_FOR_STATUS:
             raise BadRequest(f"Unknown status; use one of {sorted(STATES_FOR_STATUS)}.")
         if not 1 <= limit <= MAX_PAGE:
@@ -174,7 +191,7 @@ class JobService:
         out: list[JobRecord] = []
         last: tuple[float, str] | None = None
         # One more than a page, so that a full page usually also tells whether another follows.
-        with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50))) as pages:
+        with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50), parent)) as pages:
             for page in pages:
                 for score, record in self._live(principal.name, page, where):
                     if wanted is not None and record.state not in wanted:
@@ -226,12 +243,14 @@ class JobService:
         next_cursor = encode_recent(recency(out[-1])) if len(rest) > limit else None
         return out, next_cursor, len(kept)
 
-    def _pages(self, owner: str, position: tuple[float, str] | None,
-               size: int) -> Generator[Sequence[tuple[str, float]], None, None]:
-        """The owner index, page after page from `position`; once done, the limits are told how many jobs were read."""
+    def _pages(self, owner: str, position: tuple[float, str] | None, size: int,
+               parent: str | None = None) -> Generator[Sequence[tuple[str, float]], None, None]:
+        """The owner index (or the `parent`'s children), page after page from `position`; once done, the limits
+        are told how many jobs were read."""
         read = 0
         try:
-            while page := self.store.owner_page(owner, position, size):
+            while page := (self.store.owner_page(owner, position, size) if parent is None
+                           else self.store.children_page(parent, position, size)):
                 read += len(page)
                 yield page
                 position = (page[-1][1], page[-1][0])
@@ -267,7 +286,9 @@ class JobService:
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
-        return self.get(principal, job_id)
+        record = self.get(principal, job_id)
+        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
+        return record
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         """Record answers to open input requests; once all are answered the job resumes."""
@@ -305,7 +326,7 @@ class JobService:
             if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
-                    self._publish(resumed)
+                    hand_to_workers(self.store, self.dispatcher, resumed.id, resumed.operation)
                     return resumed
         return self.get(principal, job_id)
 

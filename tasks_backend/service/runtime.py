@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -22,6 +23,7 @@ from ..running.execution import Executor
 from ..running.rabbitmq import is_amqp
 from ..running.registry import JobModuleNotFound, Registry
 from ..running.sweeper import Sweeper
+from ..running.waking import Waker
 from ..serving.drain import Drain
 from ..store.cluster import ScriptingCluster
 from ..store.connect import connect
@@ -51,8 +53,17 @@ class Runtime:
     def executor(self) -> Executor:
         """This process's executor (one per process, so one lease keeper thread per process)."""
         if self._executor is None:
-            self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings)
+            self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings,
+                                      spawner=self.spawn)
         return self._executor
+
+    def spawn(self, owner: str, operation: str, params: Any, key: str, parent_id: str) -> str:
+        """Start a child job for `ctx.spawn`: a submit by the parent's owner, idempotent by `key`."""
+        record, _ = self.service.submit(owner, operation, params, idempotency_key=key, parent_id=parent_id)
+        return record.id
+
+    def waker(self) -> Waker:
+        return Waker(self.store, self.dispatcher, self.settings)
 
     def push(self) -> PushStore:
         """The push subscriptions beside the jobs: one per process, as making one registers

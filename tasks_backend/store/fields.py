@@ -54,6 +54,9 @@ FIELDS: tuple[Field, ...] = (
     Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
     Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
     Field("sched", "the name of the schedule whose tick made the job", "schedules.mark_job"),
+    Field("parent", "the job whose `ctx.spawn` made this one", "submit, create"),
+    Field("wake", "until when a sleeping job waits (Redis ms)", "transition (suspended); wake drops it"),
+    Field("kids", "the child jobs a waiting job waits for, JSON ids", "transition (suspended); wake drops it"),
 )
 
 #: Field names by name, to look one up.
@@ -70,13 +73,15 @@ def created_record(job_id: str, new: Mapping[str, str], created_ms: int) -> JobR
 
 
 def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_json: str,
-            idempotency_key: str | None) -> dict[str, str]:
+            idempotency_key: str | None, parent_id: str | None = None) -> dict[str, str]:
     """The fields a submit writes (state first: the scripts read it from the first pair). `created` and
     `updated` are Redis's time, set by the script."""
     fields = {STATE: JobState.QUEUED.value, OWNER: owner, "op": operation, "ttl": str(ttl_ms),
               "poll": str(poll_ms), "params": params_json}
     if idempotency_key is not None:
         fields["idem"] = idempotency_key
+    if parent_id is not None:
+        fields["parent"] = parent_id
     return fields
 
 
@@ -113,6 +118,7 @@ def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
         lease_until_ms=int(raw.get(LEASE) or 0),
         idempotency_key=raw.get("idem") or None,
         schedule=raw.get("sched") or None,
+        parent_id=raw.get("parent") or None,
     )
 
 
@@ -127,6 +133,9 @@ class Change:
     input_requests_json: str | None = None
     attempts: int | None = None
     retries: int | None = None
+    #: Waiting: until when (Redis ms), or for which child jobs (JSON ids).
+    wake_ms: int | None = None
+    children_json: str | None = None
     release: bool = False
 
     @classmethod
@@ -143,6 +152,11 @@ class Change:
         return cls(input_requests_json=input_requests_json, message=message, attempts=0, release=True)
 
     @classmethod
+    def waiting(cls, message: str, *, wake_ms: int | None = None, children_json: str | None = None) -> Change:
+        """Waiting for a time or for child jobs: the run ends, and the next one starts counting attempts afresh."""
+        return cls(message=message, wake_ms=wake_ms, children_json=children_json, attempts=0, release=True)
+
+    @classmethod
     def retrying(cls, retries: int, message: str) -> Change:
         return cls(retries=retries, attempts=0, message=message, release=True)
 
@@ -155,7 +169,8 @@ class Change:
         fields = {"msg": self.message, "result": self.result_json, "error": self.error_json,
                   "inreq": self.input_requests_json,
                   "attempts": None if self.attempts is None else str(self.attempts),
-                  "retries": None if self.retries is None else str(self.retries)}
+                  "retries": None if self.retries is None else str(self.retries),
+                  "wake": None if self.wake_ms is None else str(self.wake_ms), "kids": self.children_json}
         if self.release:
             fields.update({LEASE: "", WORKER: ""})
         return [x for name, value in fields.items() if value is not None for x in (name, value)]

@@ -24,6 +24,7 @@ from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
 from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
 from .sweeps import SweepSchedule
+from .waits import Waits
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, SweepSchedule):
+class RedisStore(FeedReads, SweepSchedule, Waits):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -177,7 +178,14 @@ class RedisStore(FeedReads, SweepSchedule):
 
     def owner_page(self, owner: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
         """Up to `count` (id, index score) of an owner's jobs, newest first, strictly after the cursor."""
-        key = self.keys.owner_index(owner)
+        return self.index_page(self.keys.owner_index(owner), before, count)
+
+    def children_page(self, parent_id: str, before: tuple[float, str] | None,
+                      count: int) -> list[tuple[str, float]]:
+        """The same for a parent's children (`Waits.index_child`)."""
+        return self.index_page(self.keys.children(parent_id), before, count)
+
+    def index_page(self, key: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
         top = "+inf" if before is None else repr(before[0])
         with redis_errors():
             rows = self.redis.zrevrangebyscore(key, top, "-inf", start=0, num=count + 64, withscores=True)

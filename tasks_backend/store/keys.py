@@ -63,6 +63,8 @@ class Keys:
     push_lock = _JobKey("pushlock")
     #: opaque strings adapters keep beside the job (hash: adapter-prefixed name -> value; `job_meta`)
     job_meta = _JobKey("meta")
+    #: the job's children, made by its `ctx.spawn` (sorted set: child id -> Redis ms of the spawn)
+    children = _JobKey("kids")
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
@@ -102,6 +104,8 @@ class Keys:
 
     # -- the whole system ---------------------------------------------------------------------------
     sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
+    #: waiting jobs to look at again (`running.waking`): a sleeper at its time, a parent now and then (ms)
+    wake = _SystemKey("wake")
     #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
     push_due = _SystemKey("push:due")
     #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at

@@ -99,3 +99,15 @@ class Saved(enum.IntEnum):
     SAVED = 0
     #: Another worker holds the lock: nothing written.
     NOT_OURS = -1
+
+
+class Woken(enum.StrEnum):
+    """Waking a waiting job."""
+
+    #: Back in the queue: hand it to the workers.
+    QUEUED = "queued"
+    #: A sleeper whose time has not come.
+    EARLY = "early"
+    #: Not waiting (any more), or waiting since another run parked it.
+    IDLE = "idle"
+    MISSING = "missing"

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from marshmallow import Schema, fields
 
-from tasks_backend import JobContext, job
+from tasks_backend import ChildFailed, JobContext, job
 
 
 class Transient(Exception):
@@ -202,3 +203,69 @@ def ask_nullable(ctx: JobContext) -> dict[str, Any]:
     """Asks a question whose fields may be null; returns the answer."""
     answer: dict[str, Any] = ctx.ask("note", "Anything to add?", NoteForm)
     return answer
+
+
+class SleeperParams(Schema):
+    seconds = fields.Float(required=True)
+    ledger = fields.String(load_default=None, allow_none=True)
+    ask = fields.Boolean(load_default=False)
+    until = fields.String(load_default=None, allow_none=True)
+
+
+@job("test.sleeper", params=SleeperParams, ttl=600, poll_interval=0.1)
+def sleeper(ctx: JobContext, seconds: float, ledger: str | None, ask: bool, until: str | None) -> dict[str, Any]:
+    """Sleeps `seconds` (parking from 5 s on), or until the ISO time `until`; then, with `ask`, asks a question.
+    Every run notes its start."""
+    if ledger:
+        _append(ledger, {"event": "start", "pid": os.getpid()})
+    if until:
+        ctx.sleep_until(datetime.fromisoformat(until))
+    else:
+        ctx.sleep(seconds)
+    if ledger:
+        _append(ledger, {"event": "woke"})
+    answer = ctx.ask("go", "Go on?") if ask else None
+    return {"slept": seconds, "answer": answer}
+
+
+class ChildParams(Schema):
+    ledger = fields.String(required=True)
+    index = fields.Integer(required=True)
+    gate = fields.String(load_default=None, allow_none=True)
+    fail = fields.Boolean(load_default=False)
+
+
+@job("test.child", params=ChildParams, ttl=600, poll_interval=0.1)
+def child(ctx: JobContext, ledger: str, index: int, gate: str | None, fail: bool) -> dict[str, Any]:
+    """Waits for `gate` (if given), then records its one effect; fails after it with `fail`."""
+    _append(ledger, {"event": "child start", "index": index, "pid": os.getpid()})
+    while gate and not Path(gate).exists():
+        ctx.sleep(0.02)
+    ctx.step("effect", lambda: _append(ledger, {"event": "child", "index": index}) or index)
+    if fail:
+        raise ValueError(f"child {index} failed")
+    return {"child": index}
+
+
+class ParentParams(Schema):
+    ledger = fields.String(required=True)
+    children = fields.Integer(load_default=3)
+    gate = fields.String(load_default=None, allow_none=True)
+    fail = fields.Integer(load_default=None, allow_none=True)
+    catch = fields.Boolean(load_default=False)
+
+
+@job("test.parent", params=ParentParams, ttl=600, poll_interval=0.1)
+def parent(ctx: JobContext, ledger: str, children: int, gate: str | None, fail: int | None,
+           catch: bool) -> Any:
+    """Spawns `children` test.child jobs (child `fail` fails) and waits for them; with `catch`, returns what
+    `ChildFailed` says instead of failing."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    ids = [ctx.spawn("test.child", {"ledger": ledger, "index": i, "gate": gate, "fail": i == fail})
+           for i in range(children)]
+    try:
+        return {"children": ids, "results": ctx.wait_for(ids)}
+    except ChildFailed as exc:
+        if not catch:
+            raise
+        return {"failed": exc.child_id, "state": exc.state, "error": exc.error}

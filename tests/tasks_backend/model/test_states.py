@@ -23,7 +23,7 @@ def test_wire_vocabularies() -> None:
     assert set(WIRE_STATUS.values()) == {"working", "input_required", "completed", "failed", "cancelled"}
     assert all(v.startswith("TASK_STATE_") for v in A2A_STATE.values())
     assert A2A_STATE[JobState.CANCELLED] == "TASK_STATE_CANCELED"
-    assert STATES_FOR_STATUS["working"] == {JobState.QUEUED, JobState.RUNNING}
+    assert STATES_FOR_STATUS["working"] == {JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED}
 
 
 def test_celery_states_fold_into_ours() -> None:

@@ -116,6 +116,15 @@ def one_life(runtime: Runtime) -> None:
                  sweep_in_ms=60_000)
     store.transition(other, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
     store.discard(other)
+    waiter = str(uuid.uuid4())  # a job that sleeps, wakes, and is another's child
+    store.create({**fields, "idem": ""}, waiter, owner, idem_key=None, idem_value="", ttl_ms=600_000,
+                 sweep_in_ms=60_000)
+    store.claim(waiter, lease_ms=5000, worker="w", max_attempts=3, exhausted_error={"m": "x"})
+    store.park(waiter, int(store.get(waiter).token), Change.waiting("Sleeping.", wake_ms=1), look_in_ms=0)  # type: ignore[union-attr]
+    store.wake(waiter, None, "Resuming.", sweep_in_ms=60_000)
+    store.index_child(job_id, waiter)
+    _, woken = store.due_to_wake(100)
+    store.settle_wakes([(i, score, None) for i, score in woken if i == waiter])
     if not is_cluster(runtime):
         queue, third = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
         push = ListPush(queue, "message", f"{queue}:pushes", 60_000)

@@ -24,5 +24,5 @@ def test_renamed_states_reach_every_script() -> None:
         assert not re.search(rf"""['",]{state.value}['",]""", text), state
     assert "'renamed_running'" in scripts["claim"]
     assert "'renamed_cancelled,renamed_completed,renamed_failed'" in scripts["transition"]
-    assert "'renamed_input_required,renamed_queued,renamed_running'" in scripts["cancel"]
+    assert "'renamed_input_required,renamed_queued,renamed_running,renamed_suspended'" in scripts["cancel"]
     assert lua.render() == lua.SCRIPTS

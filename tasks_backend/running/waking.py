@@ -1,0 +1,102 @@
+"""Waking waiting jobs: a long sleep's time came, or a parent's children finished.
+
+`Waker.wake` is the one function that makes a parked job (`suspended`) runnable again; it and the answers that
+resume a job asking for input (`JobService.provide_input`) both hand the job to the workers through
+`hand_to_workers`. `Waker.wake_due` is the wake-at-time logic: it reads the wake schedule (`keys.wake`) a few
+times a second, in every worker's main process and in every sweeper. A parent is woken by the child that
+finished last (the child writes its end, then reads the parent; the parent writes its park, then reads its
+children: whichever comes second sees the other), and, should that notice be lost with a process, by
+`wake_due`, which looks at a waiting parent's children every `CHILDREN_CHECK_MS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+
+from ..config import Settings
+from ..errors import DispatchUnavailable, ServiceUnavailable, StoreUnavailable
+from ..model.domain import JobState
+from ..store.jobs import RedisStore
+from ..store.outcomes import Woken
+from .context import CHILDREN_CHECK_MS
+from .dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
+#: How often `run_forever` looks for sleepers whose time came (seconds).
+WAKE_INTERVAL_S = 0.2
+
+
+def hand_to_workers(store: RedisStore, dispatcher: Dispatcher, job_id: str, operation: str) -> None:
+    """Publish a job that was parked and is `queued` again. If the broker is down, the sweep entry its move
+    wrote makes the sweeper publish it."""
+    try:
+        dispatcher.publish(job_id, operation)
+    except DispatchUnavailable:
+        with contextlib.suppress(StoreUnavailable):
+            store.schedule_sweep(job_id, 0)
+
+
+class Waker:
+    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 500) -> None:
+        self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
+
+    def wake(self, job_id: str, token: int | None, operation: str) -> Woken:
+        """Make a waiting job runnable again: queue it (if it still waits, since the run that holds `token`
+        parked it) and hand it to the workers. Waking early is harmless: the job replays and waits again."""
+        outcome, _ = self.store.wake(job_id, token, "Resuming.",
+                                     sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+        if outcome is Woken.QUEUED:
+            hand_to_workers(self.store, self.dispatcher, job_id, operation)
+        return outcome
+
+    def children_done(self, ids: list[str]) -> bool:
+        return all(s is None or s in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+                   for s in self.store.states_of(ids))
+
+    def check_parent(self, parent_id: str) -> bool:
+        """Wake the parent if it waits for children and all of them are finished (after a child finished, or
+        right after the parent parked). True if it was woken."""
+        waiting = self.store.waiting_of(parent_id)
+        if waiting is None or waiting.state is not JobState.SUSPENDED or not waiting.children:
+            return False
+        if not self.children_done(waiting.children):
+            return False
+        return self.wake(parent_id, waiting.token, waiting.operation) is Woken.QUEUED
+
+    def wake_due(self) -> int:
+        """Look at every job the wake schedule says is due now (Redis's clock): wake a sleeper whose time
+        came, and a parent whose children are all finished; look again later at the others. Returns how
+        many were woken."""
+        woken = 0
+        for _ in range(100):
+            now, due = self.store.due_to_wake(self.batch)
+            settled: list[tuple[str, str, int | None]] = []
+            for job_id, score in due:
+                at: int | None = None
+                waiting = self.store.waiting_of(job_id)
+                if waiting is not None and waiting.state is JobState.SUSPENDED:
+                    if waiting.wake_ms is not None:
+                        outcome = self.wake(job_id, waiting.token, waiting.operation)
+                        at = waiting.wake_ms if outcome is Woken.EARLY else None
+                        woken += outcome is Woken.QUEUED
+                    elif self.children_done(waiting.children):
+                        woken += self.wake(job_id, waiting.token, waiting.operation) is Woken.QUEUED
+                    else:
+                        at = now + CHILDREN_CHECK_MS
+                settled.append((job_id, score, at))
+            self.store.settle_wakes(settled)
+            if len(due) < self.batch:
+                break
+        return woken
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.wake_due()
+            except ServiceUnavailable as exc:
+                log.warning("wake pass skipped: Redis or the broker is unreachable (%r)", exc.__cause__)
+            except Exception:
+                log.exception("wake pass failed")
+            stop.wait(WAKE_INTERVAL_S)

@@ -1,0 +1,121 @@
+"""Child jobs over a real worker and real HTTP: `ctx.spawn` and `ctx.wait_for` (holding no worker while waiting),
+`ChildFailed`, the cascade of a parent's cancel, and `GET /v1/jobs?parent=`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tasks_backend import Principal
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import Runtime
+from tests.conftest import ALICE, BOB, wait_until
+
+pytestmark = pytest.mark.usefixtures("worker")
+A = Principal("alice")
+
+
+def lines(ledger: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
+
+
+def submit(http: httpx.Client, operation: str, params: dict[str, Any]) -> str:
+    response = http.post("/v1/jobs", json={"operation": operation, "params": params}, headers=ALICE)
+    assert response.status_code == 202, response.text
+    return str(response.json()["taskId"])
+
+
+def settled(http: httpx.Client, job_id: str, status: str = "completed") -> dict[str, Any]:
+    return wait_until(lambda: (j := http.get(f"/v1/jobs/{job_id}", headers=ALICE).json())["status"] == status and j,
+                      20, message=f"{job_id} to be {status}")
+
+
+def children_of(http: httpx.Client, job_id: str) -> list[dict[str, Any]]:
+    response = http.get("/v1/jobs", params={"parent": job_id}, headers=ALICE)
+    assert response.status_code == 200, response.text
+    return list(response.json()["jobs"])
+
+
+def test_a_parent_gets_its_childrens_results_in_order_and_lists_them(http: httpx.Client, tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    parent = submit(http, "test.parent", {"ledger": str(ledger), "children": 3})
+    done = settled(http, parent)
+    assert done["result"]["results"] == [{"child": 0}, {"child": 1}, {"child": 2}]
+    kids = children_of(http, parent)
+    assert sorted(k["taskId"] for k in kids) == sorted(done["result"]["children"])
+    assert {k["parentId"] for k in kids} == {parent} and "parentId" not in done
+    assert sorted(e["index"] for e in lines(ledger) if e["event"] == "child") == [0, 1, 2]
+    # Another owner's parent lists nothing: it reads as missing, like the job itself.
+    assert http.get("/v1/jobs", params={"parent": parent}, headers=BOB).status_code == 404
+    assert http.get("/v1/jobs", params={"parent": "not-a-job"}, headers=ALICE).status_code == 404
+    assert children_of(http, kids[0]["taskId"]) == []
+
+
+def test_a_waiting_parent_holds_no_worker_and_says_what_it_waits_for(
+        http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    # Five parents of one gated child each, on a worker of four slots: a parent that held its slot while
+    # waiting would leave its child no slot to run in.
+    parents = [submit(http, "test.parent", {"ledger": str(ledger), "children": 1, "gate": str(gate)})
+               for _ in range(5)]
+    wait_until(lambda: all(runtime.store.get(p).state is JobState.SUSPENDED for p in parents), 20,  # type: ignore[union-attr]
+               message="every parent to wait")
+    shown = http.get(f"/v1/jobs/{parents[0]}", headers=ALICE).json()
+    assert (shown["status"], shown["statusMessage"]) == ("working", "Waiting for 1 child job.")
+    gate.touch()
+    for p in parents:
+        assert settled(http, p)["result"]["results"] == [{"child": 0}]
+
+
+@pytest.mark.parametrize("how", ["failed", "cancelled"])
+def test_child_failed_says_which_child_and_why(http: httpx.Client, runtime: Runtime, tmp_path: Path,
+                                               how: str) -> None:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    params = {"ledger": str(ledger), "children": 3, "catch": True, "gate": str(gate)}
+    parent = submit(http, "test.parent", params | ({"fail": 1} if how == "failed" else {}))
+    kids = wait_until(lambda: len(k := children_of(http, parent)) == 3 and k, 20, message="three children")
+    second = next(k["taskId"] for k in kids if runtime.service.get(A, k["taskId"]).params["index"] == 1)
+    if how == "cancelled":
+        assert http.post(f"/v1/jobs/{second}/cancel", headers=ALICE).json()["status"] == "cancelled"
+    gate.touch()
+    result = settled(http, parent)["result"]
+    assert (result["failed"], result["state"]) == (second, how)
+    if how == "failed":
+        assert result["error"]["message"] == "child 1 failed"
+    # Uncaught, ChildFailed fails the parent with its message.
+    plain = submit(http, "test.parent", {"ledger": str(ledger), "children": 2, "fail": 0})
+    error = settled(http, plain, "failed")["error"]
+    assert error["type"] == "ChildFailed" and "child 0 failed" in error["message"]
+
+
+def test_cancelling_the_parent_cancels_its_unfinished_children(
+        http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    parent = submit(http, "test.parent", {"ledger": str(ledger), "children": 3, "gate": str(gate)})
+    wait_until(lambda: runtime.store.get(parent).state is JobState.SUSPENDED  # type: ignore[union-attr]
+               and sum(e["event"] == "child start" for e in lines(ledger)) == 3, 20,
+               message="the parent to wait and its children to run")
+    kids = children_of(http, parent)
+    assert http.post(f"/v1/jobs/{parent}/cancel", headers=ALICE).json()["status"] == "cancelled"
+    assert {http.get(f"/v1/jobs/{k['taskId']}", headers=ALICE).json()["status"] for k in kids} == {"cancelled"}
+    gate.touch()
+    # Fenced out, a child records nothing more (what its code does before its next cancellation point, a few
+    # hundredths of a second, stays done, as for any cancel).
+    wait_until(lambda: sum(e["event"] == "child start" for e in lines(ledger)) == 3, 5)
+    assert [runtime.store.recorded_step(k["taskId"], "effect") for k in kids] == [None] * 3
+    assert {runtime.store.get(k["taskId"]).state for k in kids} == {JobState.CANCELLED}  # type: ignore[union-attr]
+
+
+def test_a_spawn_made_again_gets_the_same_child(runtime: Runtime, tmp_path: Path) -> None:
+    """The worker may die between making a child and recording the spawn: the replay's spawn, with the same
+    key (derived from the parent and the step), finds the child made before."""
+    parent, _ = runtime.service.submit(A, "test.noop", {})
+    params = {"ledger": str(tmp_path / "ledger"), "index": 0}
+    first = runtime.spawn("alice", "test.child", params, "spawn-key", parent.id)
+    again = runtime.spawn("alice", "test.child", params, "spawn-key", parent.id)
+    assert first == again and runtime.store.child_ids(parent.id) == [first]
+    assert runtime.service.get(A, first).parent_id == parent.id
