@@ -192,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  [{drive_end - t0:7.1f}s] all jobs started, all faults injected; draining "
               f"(bound {plan.drain_s:.0f}s)", flush=True)
         deadline = drive_end + plan.drain_s
+        last: list[str] = []
         while time.monotonic() < deadline:
             left = driver.observe(store)
             missing = push_missing(driver, healthy)
             if not left and not missing:
                 break
+            last = sorted({j.kind for j in driver.jobs if j.id and j.final is None} | ({"push"} if missing else set()))
             time.sleep(0.5)
+        print(f"  [{time.monotonic() - t0:7.1f}s] drained (the last to end: {', '.join(last) or '-'})", flush=True)
         for thread in probes:
             thread.join(plan.probe_s + 5)
         time.sleep(1.0)  # let a process that died in the last moments be seen

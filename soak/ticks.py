@@ -154,7 +154,10 @@ class Schedules:
                                      f"{label}: no job for the tick at {tick} (no outage of the ticker then)")
                 tick += period_ms
             open_ = [i for i, status in listed.items() if status not in TERMINAL]
+            records = self.store.store.get_many([i for i, _ in made])
+            late = [r.created_ms - t for (_, t), r in zip(made, records, strict=True) if r is not None]
             out.append(f"{label} (every {s.period_s}s): {len(made)} ticks made jobs, {len(listed)} listed, "
                        f"{len(ran[s.name])} ran; {explained} missed during a ticker outage (catchUp latest), "
-                       f"{missed} missed otherwise; {len(open_)} not finished")
+                       f"{missed} missed otherwise; {len(open_)} not finished; job made at most "
+                       f"{max(late, default=0) / 1000:.1f}s after its tick")
         return out
