@@ -141,13 +141,15 @@ class Schedules:
             for job_id in sorted(unlisted):
                 findings.add("tick_twice", [], f"{label}: job {job_id} ran a tick's effect but is not listed")
             have = {int(t) for _, t in made}
-            missed = explained = 0
+            missed, explained, after = 0, Counter[str](), 0.0
             tick = s.first_ms
             while tick <= self.paused_ms - SETTLE_MS:
                 if tick not in have:
                     at = self.mono(tick)
-                    if any(f.started - s.period_s - 1 <= at <= f.ended + RECOVER_S for f in stops):
-                        explained += 1
+                    during = [f for f in stops if f.started - s.period_s - 1 <= at <= f.ended + RECOVER_S]
+                    if during:
+                        explained[during[-1].kind] += 1
+                        after = max(after, at - during[-1].ended)
                     else:
                         missed += 1
                         findings.add("tick_missed", blame.kinds(at - s.period_s, at + s.period_s),
@@ -157,7 +159,9 @@ class Schedules:
             records = self.store.store.get_many([i for i, _ in made])
             late = [r.created_ms - t for (_, t), r in zip(made, records, strict=True) if r is not None]
             out.append(f"{label} (every {s.period_s}s): {len(made)} ticks made jobs, {len(listed)} listed, "
-                       f"{len(ran[s.name])} ran; {explained} missed during a ticker outage (catchUp latest), "
+                       f"{len(ran[s.name])} ran; {explained.total()} missed during a ticker outage "
+                       f"({', '.join(f'{k} {n}' for k, n in sorted(explained.items())) or '-'}; the last {after:.1f}s "
+                       "after its fault was put back; catchUp latest), "
                        f"{missed} missed otherwise; {len(open_)} not finished; job made at most "
                        f"{max(late, default=0) / 1000:.1f}s after its tick")
         return out
