@@ -204,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         for thread in probes:
             thread.join(plan.probe_s + 5)
         time.sleep(1.0)  # let a process that died in the last moments be seen
+        settle = time.monotonic() + 30  # one restarted by the last fault may still be starting its pool
+        while system.processes_down() and time.monotonic() < settle:
+            time.sleep(0.5)
         driver.stop.set()
         schedules.track(driver)  # a tick made late, after the pause
         driver.observe(store)
