@@ -10,7 +10,7 @@ from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
 from .running.execution import JobContext
-from .running.registry import job
+from .running.registry import Concurrency, job
 from .service.jobs import JobService
 from .service.runtime import build_runtime, connect_service
 
@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # defining jobs
+    "Concurrency",
     "JobContext",
     "job",
     # using the service in process

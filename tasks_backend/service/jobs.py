@@ -28,13 +28,16 @@ from ..errors import (
     JobNotFound,
     NotWaitingForInput,
 )
-from ..model.domain import JobRecord, JobState, SubmitOutcome
+from ..model.domain import JobRecord, JobState, SubmitOutcome, now_ms
 from ..model.states import STATES_FOR_STATUS
+from ..model.timing import Timing
+from ..running.admission import Admission
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
 from ..store import fields as job_fields
 from ..store.feeds import Event
+from ..store.admission import Released
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
@@ -70,11 +73,20 @@ class JobService:
         self.drain = drain or Drain()
         #: What a submit is checked against and a listing's scan reported to (see `access.policy`).
         self.limits: Limits = limits if limits is not None else NoLimits()
+        #: The dispatch gate every submit and resumption goes through.
+        self.admission = Admission(store, dispatcher, settings)
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
-               idempotency_key: str | None = None, ttl_s: float | None = None) -> tuple[JobRecord, SubmitOutcome]:
+               idempotency_key: str | None = None, ttl_s: float | None = None, run_at_ms: int | None = None,
+               delay_ms: int | None = None, priority: int | None = None) -> tuple[JobRecord, SubmitOutcome]:
+        """Accept a job (or, with an idempotency key already used for the same request, return that one).
+
+        `run_at_ms` (ms since the epoch) or `delay_ms`: it does not start before then; `priority` 0-9 (default
+        5): among the owner's queued jobs, higher runs first. Bad values raise `InvalidParams` naming the field.
+        """
         owner = as_principal(principal).name
+        timing = Timing(run_at_ms, delay_ms, priority)
         ttl_s = self.limits.check_submit(owner, params, ttl_s)
         spec = self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
@@ -84,6 +96,7 @@ class JobService:
         request_hash = "" if idempotency_key is None else hashlib.sha256(
             canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
         ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
+        timing.check(ttl_ms, now_ms())
         poll_ms = int(1000 * (spec.poll_interval_s or self.settings.default_poll_s))
         params_json = canonical_json(stored_params)
 
@@ -91,18 +104,28 @@ class JobService:
             job_id = str(uuid.uuid4())
             # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
-                                     params_json=params_json, idempotency_key=idempotency_key)
-            # When the broker is the store's Redis the enqueue rides in the same round trip as the record
-            # (with a key, only if the key turns out ours: see `RedisStore.create`).
-            push = self._inline_push(job_id, operation)
+                                     params_json=params_json, idempotency_key=idempotency_key,
+                                     run_at_ms=timing.run_at_ms, delay_ms=timing.delay_ms, priority=timing.priority)
+            # Through the dispatch gate (fair shares, delays, concurrency; `running.admission`), in the same round
+            # trip on a single Redis. When the broker is the store's Redis the enqueue rides in it too (with a
+            # key, only if the key turns out ours: see `RedisStore.create`).
+            entry = self.admission.entry(job_id, owner, operation, spec, stored_params, timing)
+            push = self._inline_push(job_id, operation) if entry is None else None
+            released: Released = []
+            in_trip = entry if self.store.single else None
             created, existing = self.store.create(
                 new, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
-                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push)
+                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push, gate=in_trip,
+                released=released)
             if created is None:
                 continue  # the id was taken: another one
             if existing is None:
                 record = job_fields.created_record(job_id, new, created)
-                if push is None:
+                if entry is not None and in_trip is None:
+                    self.admission.admit(job_id, entry)
+                elif entry is not None:
+                    self.admission.publish(released)
+                elif push is None:
                     self._publish(record)
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
@@ -267,6 +290,7 @@ class JobService:
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
+        self.admission.leave([job_id], final=True)  # a held or delayed job waits for nothing now
         return self.get(principal, job_id)
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
@@ -305,7 +329,7 @@ class JobService:
             if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
-                    self._publish(resumed)
+                    self.admission.readmit(resumed, self._publish)
                     return resumed
         return self.get(principal, job_id)
 

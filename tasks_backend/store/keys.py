@@ -96,6 +96,29 @@ class Keys:
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")
 
+    # -- the dispatch gate (one hash tag: one Redis Cluster slot; see `store.gate`) -----------------
+    def gate(self, part: str) -> str:
+        """A key of the dispatch gate (`scripts/lib/gate.lua`), all under the tag `{gate}`: `jobs` (hash: job id ->
+        what the gate knows of it), `ring` (sorted set: owners with held jobs -> their turn), `turns` (hash:
+        counters), `flight` (sorted set: jobs whose message went to the broker -> when), `delayed` (sorted set: job
+        id -> when due), `workers` (sorted set: worker -> until when its slots count), `slots` (hash: worker ->
+        slots), `ready` (sorted set of held jobs, by owner, priority, sequence), `conc` (hash: concurrency value ->
+        jobs in flight). Each expires at the TTL ceiling, renewed by every write."""
+        return f"{self.prefix}:{{gate}}:{part}"
+
+    def gate_keys(self) -> list[str]:
+        """The gate's keys, in the order its scripts expect them."""
+        return [self.gate(p) for p in ("jobs", "ring", "turns", "flight", "delayed", "workers", "slots", "ready",
+                                       "conc")]
+
+    def gate_owner(self, owner: str) -> str:
+        """An owner's name in the gate."""
+        return _digest(owner, 12)
+
+    def gate_concurrency(self, operation: str, value: str) -> str:
+        """A concurrency value's name in the gate."""
+        return _digest(f"{operation}\0{value}", 12)
+
     def queue_pushes(self, queue: str) -> str:
         """How many job messages were ever pushed to the broker list `queue` (a counter, in the broker's
         Redis, next to the list; see `RedisDispatcher`)."""
