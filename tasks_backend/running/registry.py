@@ -143,7 +143,8 @@ def _whole_floats_as_ints(schema: Schema, raw: dict[str, Any]) -> dict[str, Any]
 def job(name: str, *, params: type[Schema] | None = None, ttl: float | None = None,
         poll_interval: float | None = None, description: str = "",
         retry_on: Iterable[type[BaseException]] = (), max_retries: int = 3,
-        retry_backoff: float = 1.0, concurrency: Concurrency | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        retry_backoff: float = 1.0,
+        concurrency: Concurrency | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark `fn(ctx, **params)` as the job `name`.
 
     `ttl` and `poll_interval` are seconds. `retry_on` lists exception types that mean "try again

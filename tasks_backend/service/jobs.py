@@ -36,8 +36,8 @@ from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
 from ..store import fields as job_fields
-from ..store.feeds import Event
 from ..store.admission import Released
+from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer

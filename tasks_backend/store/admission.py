@@ -61,7 +61,7 @@ class AdmissionStore:
 
     def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *,
                    leave_first: bool = False) -> tuple[bool, Released]:
-        """Make a job runnable (info '': what the gate kept of it). Returns (whether the gate knew the job, released)."""
+        """Make a job runnable (info '': what the gate kept of it): (whether the gate knew the job, released)."""
         reply = self.scripts.call("gate.admit", call.keys(self.keys), *call.head(), job_id, info, delay,
                                   "1" if leave_first else "0")
         return bool(int(reply[0])), pairs(reply[1:])

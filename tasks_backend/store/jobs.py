@@ -16,6 +16,8 @@ import redis
 
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
+from .admission import AdmissionStore, GateEntry, Released
+from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
@@ -23,8 +25,6 @@ from .keys import Keys
 from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
 from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
-from .admission import AdmissionStore, GateEntry, Released
-from .admission import pairs as gate_pairs
 from .sweeps import SweepSchedule
 
 

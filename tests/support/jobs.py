@@ -11,7 +11,7 @@ from typing import Any
 
 from marshmallow import Schema, fields
 
-from tasks_backend import JobContext, job
+from tasks_backend import Concurrency, JobContext, job
 
 
 class Transient(Exception):
@@ -202,3 +202,35 @@ def ask_nullable(ctx: JobContext) -> dict[str, Any]:
     """Asks a question whose fields may be null; returns the answer."""
     answer: dict[str, Any] = ctx.ask("note", "Anything to add?", NoteForm)
     return answer
+
+
+class MarkParams(Schema):
+    ledger = fields.String(required=True)
+    tag = fields.String(load_default="")
+    customer_id = fields.String(load_default="")
+    hold = fields.String(load_default=None, allow_none=True)
+    seconds = fields.Float(load_default=0.0)
+
+
+def _marked(ctx: JobContext, ledger: str, tag: str, hold: str | None, seconds: float) -> dict[str, Any]:
+    _append(ledger, {"event": "start", "tag": tag, "t": time.time()})
+    end = time.monotonic() + seconds
+    while (hold and not Path(hold).exists()) or time.monotonic() < end:
+        ctx.sleep(0.005)
+    _append(ledger, {"event": "end", "tag": tag, "t": time.time()})
+    return {"tag": tag}
+
+
+@job("test.mark", params=MarkParams, ttl=600, poll_interval=0.1)
+def mark(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str | None,
+         seconds: float) -> dict[str, Any]:
+    """Writes when it starts and ends; runs `seconds`, and until the file `hold` exists."""
+    return _marked(ctx, ledger, tag, hold, seconds)
+
+
+@job("test.limited", params=MarkParams, ttl=600, poll_interval=0.1,
+     concurrency=Concurrency(max=2, key="customer_id"))
+def limited(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str | None,
+            seconds: float) -> dict[str, Any]:
+    """`test.mark`, at most two at once per customer."""
+    return _marked(ctx, ledger, tag, hold, seconds)

@@ -28,8 +28,8 @@ from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push.subscriptions import Cursor, PushStore
 from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
-from tasks_backend.store.fields import Change
 from tasks_backend.store.admission import GateCall
+from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
 
