@@ -53,6 +53,7 @@ class Admission:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings) -> None:
         self.store, self.dispatcher, self.settings = store, dispatcher, settings
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
+        self._scan = 0  # where `prune` goes on through the gate's jobs
 
     def call(self) -> GateCall:
         push = None
@@ -104,8 +105,17 @@ class Admission:
         if not known:
             self.dispatcher.publish(record.id, record.operation, delay_s or None)
 
-    def after_run(self, job_id: str, outcome: str) -> None:
-        """A worker is done with a job (or refused to start it): it leaves flight, and held jobs take its room."""
+    def after_run(self, job_id: str, outcome: str, record: JobRecord | None = None,
+                  lookup: Callable[[str], Any] | None = None) -> None:
+        """A worker is done with a job (or refused to start it): it leaves flight, and held jobs take its room.
+        With fair shares off, a job that had neither a time nor a concurrency limit never entered the gate."""
+        if record is not None and lookup is not None and not self.settings.fair_shares and record.run_at_ms is None:
+            try:
+                limited = getattr(lookup(record.operation), "concurrency", None) is not None
+            except TasksBackendError:
+                limited = False
+            if not limited:
+                return
         if outcome in FINAL or outcome in PAUSED:
             self.leave([job_id], final=outcome in FINAL)
 
@@ -136,6 +146,9 @@ class Admission:
         lost) leave flight. Returns how many."""
         now, _, _ = self.store.gate_tick(self.call())
         stale = self.store.gate_in_flight(now - int(2000 * self.settings.queued_grace_s))
+        # And a step through the rest: a parked job that expires unanswered never reports back.
+        self._scan, seen = self.store.gate_scan(self._scan)
+        stale += [job_id for job_id, where in seen if where == "x"]
         states = self.store.states_of(stale)
         done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (
             JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)]

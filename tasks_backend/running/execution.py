@@ -294,7 +294,7 @@ class Executor:
             with self._finished_lock:
                 self._running.pop(job_id, None)
             self.keeper.release(lease)
-            self.admission.after_run(job_id, done)
+            self.admission.after_run(job_id, done, record, self.registry.get)
 
     def hand_back_overdue(self) -> list[str]:
         """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they

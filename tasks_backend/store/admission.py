@@ -93,6 +93,12 @@ class AdmissionStore:
         return [(json.loads(i)["t"] if i else None, None if s is None else float(s)) for i, s in zip(infos, scores,
                                                                                                      strict=True)]
 
+    def gate_scan(self, cursor: int, count: int = 200) -> tuple[int, list[tuple[str, str]]]:
+        """A step through every job the gate knows: (next cursor, 0 when done; (job id, where) pairs)."""
+        with redis_errors():
+            cursor, found = self.redis.hscan(self.keys.gate("jobs"), cursor, count=count)
+        return int(cursor), [(str(k), str(json.loads(v).get("t"))) for k, v in found.items()]
+
     def gate_in_flight(self, before_ms: int, limit: int = 1000) -> list[str]:
         """Jobs in flight since before `before_ms` (Redis ms)."""
         with redis_errors():
