@@ -163,7 +163,7 @@ class Bench:
 
     def purge_queues(self) -> None:
         """Forget what submits left queued (no worker runs them here): the broker queues and the dispatch gate."""
-        self.db0.delete(self.runtime.settings.queue, *self.runtime.store.keys.gate_keys())
+        self.db0.delete(self.runtime.settings.queue, *self.runtime.store.keys.gate_keys(self.runtime.settings.queue))
         self.db1.delete(BARE_QUEUE)
 
     # -- measures ----------------------------------------------------------------------
@@ -262,7 +262,8 @@ class Bench:
     def queue_length(self, db: redis.Redis, queue: str) -> int:
         """Jobs not yet taken: the broker queue's, and those the dispatch gate holds (none on the baseline's)."""
         keys = self.runtime.store.keys
-        return int(db.llen(queue)) + int(db.zcard(keys.gate("ready"))) + int(db.zcard(keys.gate("delayed")))
+        return int(db.llen(queue)) + sum(int(db.zcard(keys.gate(self.runtime.settings.queue, part)))
+                                         for part in ("ready", "delayed"))
 
     def wait_empty(self, db: redis.Redis, queue: str, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s

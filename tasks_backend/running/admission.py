@@ -49,7 +49,7 @@ def concurrency_of(spec: Any, operation: str, params: dict[str, Any]) -> tuple[s
     return value, int(limit.max)
 
 
-class Admission:
+class DispatchGate:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings) -> None:
         self.store, self.dispatcher, self.settings = store, dispatcher, settings
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
@@ -60,8 +60,8 @@ class Admission:
         if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
             ttl = self.dispatcher.counter_ttl_due()
             push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl))
-        return GateCall(self.settings.dispatch_slots, self.settings.fair_shares,
-                        self.store.max_ttl_ms, push)
+        return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
+                        tuple(self.store.keys.gate_keys(self.settings.queue)), push)
 
     def entry(self, job_id: str, owner: str, operation: str, spec: Any, params: dict[str, Any],
               timing: Timing) -> GateEntry | None:
@@ -144,10 +144,11 @@ class Admission:
     def prune(self) -> int:
         """Jobs in flight for a while that no run will report on (gone, finished or parked behind a run that was
         lost) leave flight. Returns how many."""
-        now, _, _ = self.store.gate_tick(self.call())
-        stale = self.store.gate_in_flight(now - int(2000 * self.settings.queued_grace_s))
+        call = self.call()
+        now, _, _ = self.store.gate_tick(call)
+        stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s))
         # And a step through the rest: a parked job that expires unanswered never reports back.
-        self._scan, seen = self.store.gate_scan(self._scan)
+        self._scan, seen = self.store.gate_scan(call, self._scan)
         stale += [job_id for job_id, where in seen if where == "x"]
         states = self.store.states_of(stale)
         done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (

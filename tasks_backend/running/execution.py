@@ -31,7 +31,7 @@ from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Claimed, Moved, Standing, Stepped
 from ..store.runner import new_request_id
-from .admission import Admission
+from .admission import DispatchGate
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
 from .stats import JobStats
@@ -254,7 +254,7 @@ class Executor:
         self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
         self.stats = JobStats(store)
         #: The dispatch gate: a run that ends lets held jobs in; a retry or a hand-back is admitted again.
-        self.admission = Admission(store, dispatcher, settings)
+        self.admission = DispatchGate(store, dispatcher, settings)
         #: Set when this process's worker stops: running jobs are handed back at their next cancellation point.
         self.stopping = threading.Event()
         self._running: dict[str, JobRecord] = {}

@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import DispatchUnavailable, ServiceUnavailable
 from ..store.jobs import RedisStore
 from ..store.outcomes import Swept
-from .admission import Admission
+from .admission import DispatchGate
 from .dispatch import AmqpDispatcher, Dispatcher
 from .rabbitmq import DeadLetters
 from .stats import JobStats
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class Sweeper:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 1000) -> None:
         self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
-        self.admission = Admission(store, dispatcher, settings)
+        self.admission = DispatchGate(store, dispatcher, settings)
 
     def sweep_once(self, max_rounds: int = 1000) -> dict[str, int]:
         """Look at every job that is due now (by Redis's clock), `batch` jobs per round trip.
@@ -68,7 +68,8 @@ class Sweeper:
         grace_ms = int(self.settings.queued_grace_s * 1000)
         waiting: list[tuple[str, str, int | None]] = []
         kept: list[tuple[str, str]] = []
-        for (job_id, score), (where, since) in zip(due, self.store.gate_where([j for j, _ in due]), strict=True):
+        places = self.store.gate_where(self.admission.call(), [j for j, _ in due])
+        for (job_id, score), (where, since) in zip(due, places, strict=True):
             if where in ("h", "d"):
                 waiting.append((job_id, score, now + 2 * grace_ms))
             elif where == "f" and since is not None and since + grace_ms > now:

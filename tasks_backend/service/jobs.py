@@ -31,7 +31,7 @@ from ..errors import (
 from ..model.domain import JobRecord, JobState, SubmitOutcome, now_ms
 from ..model.states import STATES_FOR_STATUS
 from ..model.timing import Timing
-from ..running.admission import Admission
+from ..running.admission import DispatchGate
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
@@ -74,7 +74,7 @@ class JobService:
         #: What a submit is checked against and a listing's scan reported to (see `access.policy`).
         self.limits: Limits = limits if limits is not None else NoLimits()
         #: The dispatch gate every submit and resumption goes through.
-        self.admission = Admission(store, dispatcher, settings)
+        self.admission = DispatchGate(store, dispatcher, settings)
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,

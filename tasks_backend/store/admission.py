@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
+from .keys import GATE_PARTS, Keys
 from .runner import ScriptRunner
 
 #: (released job id, its message or operation) pairs, for the caller to publish.
@@ -28,14 +28,19 @@ class GateCall:
     fallback_slots: int
     fair: bool
     ttl_ms: int
+    #: The gate's keys (`Keys.gate_keys`: one gate per broker queue).
+    keys: tuple[str, ...]
     push: tuple[str, str, str] | None = None
 
     def head(self) -> list[Any]:
         return [self.fallback_slots, "1" if self.fair else "0", self.ttl_ms,
                 self.push[2] if self.push else ""]
 
-    def keys(self, keys: Keys) -> list[str]:
-        return [*keys.gate_keys(), *(self.push[:2] if self.push else ())]
+    def all_keys(self) -> list[str]:
+        return [*self.keys, *(self.push[:2] if self.push else ())]
+
+    def key(self, part: str) -> str:
+        return self.keys[GATE_PARTS.index(part)]
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class AdmissionStore:
     def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *,
                    leave_first: bool = False) -> tuple[bool, Released]:
         """Make a job runnable (info '': what the gate kept of it): (whether the gate knew the job, released)."""
-        reply = self.scripts.call("gate.admit", call.keys(self.keys), *call.head(), job_id, info, delay,
+        reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay,
                                   "1" if leave_first else "0")
         return bool(int(reply[0])), pairs(reply[1:])
 
@@ -70,37 +75,37 @@ class AdmissionStore:
         """Jobs whose runs ended leave flight; the room they made is filled. `final`: the gate forgets them."""
         if not job_ids:
             return []
-        return pairs(self.scripts.call("gate.leave", call.keys(self.keys), *call.head(), "1" if final else "0",
+        return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), "1" if final else "0",
                                        *job_ids))
 
     def gate_tick(self, call: GateCall, worker: str = "", slots: int = 0,
                   slots_ttl_ms: int = 0) -> tuple[int, int | None, Released]:
         """Publish a worker's slots (0: it stops) and pump: (Redis now, next delayed job's due time, released)."""
-        reply = self.scripts.call("gate.tick", call.keys(self.keys), *call.head(), worker, slots, slots_ttl_ms)
+        reply = self.scripts.call("gate.tick", call.all_keys(), *call.head(), worker, slots, slots_ttl_ms)
         return int(reply[0]), (int(float(reply[1])) if reply[1] not in ("", None) else None), pairs(reply[2:])
 
-    def gate_where(self, job_ids: Sequence[str]) -> list[tuple[str | None, float | None]]:
+    def gate_where(self, call: GateCall, job_ids: Sequence[str]) -> list[tuple[str | None, float | None]]:
         """Each job's place in the gate (h held, d delayed, f in flight, x out; None: unknown) and, in flight, since
         when (Redis ms). One round trip."""
         if not job_ids:
             return []
         with redis_errors():
             pipe = self.redis.pipeline(transaction=False)
-            pipe.hmget(self.keys.gate("jobs"), list(job_ids))
+            pipe.hmget(call.key("jobs"), list(job_ids))
             for job_id in job_ids:
-                pipe.zscore(self.keys.gate("flight"), job_id)
+                pipe.zscore(call.key("flight"), job_id)
             infos, *scores = pipe.execute()
         return [(json.loads(i)["t"] if i else None, None if s is None else float(s)) for i, s in zip(infos, scores,
                                                                                                      strict=True)]
 
-    def gate_scan(self, cursor: int, count: int = 200) -> tuple[int, list[tuple[str, str]]]:
+    def gate_scan(self, call: GateCall, cursor: int, count: int = 200) -> tuple[int, list[tuple[str, str]]]:
         """A step through every job the gate knows: (next cursor, 0 when done; (job id, where) pairs)."""
         with redis_errors():
-            cursor, found = self.redis.hscan(self.keys.gate("jobs"), cursor, count=count)
+            cursor, found = self.redis.hscan(call.key("jobs"), cursor, count=count)
         return int(cursor), [(str(k), str(json.loads(v).get("t"))) for k, v in found.items()]
 
-    def gate_in_flight(self, before_ms: int, limit: int = 1000) -> list[str]:
+    def gate_in_flight(self, call: GateCall, before_ms: int, limit: int = 1000) -> list[str]:
         """Jobs in flight since before `before_ms` (Redis ms)."""
         with redis_errors():
-            return [str(x) for x in self.redis.zrangebyscore(self.keys.gate("flight"), "-inf", before_ms,
+            return [str(x) for x in self.redis.zrangebyscore(call.key("flight"), "-inf", before_ms,
                                                              start=0, num=limit)]

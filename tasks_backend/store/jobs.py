@@ -110,7 +110,7 @@ class RedisStore(FeedReads, SweepSchedule, AdmissionStore):
             if self.single:
                 keys = [*job_keys, index, sweep, *([idem] if idem else []),
                         *([push.queue, push.counter] if push else []), *(gpush[:2] if gpush else []),
-                        *(self.keys.gate_keys() if gate else [])]
+                        *(gate.call.keys if gate else [])]
                 message = push.item if push else ("1" if gpush else "")
                 counter_ttl = gpush[2] if gpush else (
                     "" if push is None or push.counter_ttl_ms is None else push.counter_ttl_ms)

@@ -32,7 +32,7 @@ def worker(settings: Settings, slots: int) -> Iterator[None]:
     store = build_runtime(settings).store
     with start_worker(app, pool="threads", concurrency=slots, perform_ping_check=False, loglevel="WARNING",
                       shutdown_timeout=15):
-        wait_until(lambda: store.redis.zcard(store.keys.gate("workers")) > 0)
+        wait_until(lambda: store.redis.zcard(store.keys.gate(settings.queue, "workers")) > 0)
         yield
 
 

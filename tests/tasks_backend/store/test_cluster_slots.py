@@ -126,7 +126,7 @@ def one_life(runtime: Runtime) -> None:
         assert store.redis.rpop(queue) == "message"
         store.transition(third, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
 
-    gate = GateCall(fallback_slots=4, fair=True, ttl_ms=600_000)
+    gate = GateCall(fallback_slots=4, fair=True, ttl_ms=600_000, keys=tuple(keys.gate_keys("slots")))
     fourth = str(uuid.uuid4())
     info = json.dumps({"o": keys.gate_owner(owner), "p": 5, "c": keys.gate_concurrency("test.noop", ""), "m": 1,
                        "x": "test.noop"})
@@ -134,7 +134,7 @@ def one_life(runtime: Runtime) -> None:
     store.gate_admit(gate, fourth, "", "0", leave_first=True)
     store.gate_leave(gate, [fourth], final=True)
     store.gate_tick(gate, "w", 2, 30_000)
-    store.gate_where([fourth])
+    store.gate_where(gate, [fourth])
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
