@@ -1,7 +1,7 @@
 """The dispatch gate's side of the job store: the scripts under `scripts/gate/` (see `scripts/lib/gate.lua`).
 
 Rule: part of the job store (`RedisStore` reaches the gate through `AdmissionStore`); every gate key is under
-the one hash tag `{gate}`, so each script runs in one Redis Cluster slot.
+one hash tag per broker queue (`{gate:<queue>}`), so each script runs in one Redis Cluster slot.
 """
 
 from __future__ import annotations

@@ -15,25 +15,25 @@ from typing import Any
 
 import httpx
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from tasks_backend.config import Settings
 from tasks_backend.service.runtime import build_runtime
 from tests.conftest import Serve, bearer, make_settings, wait_until
-from workers.celery_app import create_celery
+from tests.support.procs import worker_process
 
 ALICE, BOB = bearer("alice-token"), bearer("bob-token")
 
 
 @contextlib.contextmanager
-def worker(settings: Settings, slots: int) -> Iterator[None]:
-    """A real Celery worker with `slots` slots on the test's queue, once it has published them to the gate."""
-    app = create_celery(settings)
+def worker(settings: Settings, slots: int, logs: Path) -> Iterator[None]:
+    """A real worker process with `slots` slots on the test's queue, once it has published them to the gate."""
     store = build_runtime(settings).store
-    with start_worker(app, pool="threads", concurrency=slots, perform_ping_check=False, loglevel="WARNING",
-                      shutdown_timeout=15):
-        wait_until(lambda: store.redis.zcard(store.keys.gate(settings.queue, "workers")) > 0)
+    proc = worker_process(settings, logs / "worker.log", pool="threads", concurrency=slots)
+    try:
+        wait_until(lambda: store.redis.zcard(store.keys.gate(settings.queue, "workers")) > 0, timeout=30)
         yield
+    finally:
+        proc.stop()
 
 
 def ledger(path: Path) -> list[dict[str, Any]]:
@@ -70,7 +70,7 @@ def test_a_delayed_job_starts_after_its_delay_within_a_second(redis_base: str, s
     settings = make_settings(redis_base)
     http = served(settings)
     book = tmp_path / "ledger"
-    with worker(settings, 2):
+    with worker(settings, 2, tmp_path):
         t0 = time.time()
         at = dt.datetime.fromtimestamp(t0 + 3, dt.UTC).isoformat().replace("+00:00", "Z")
         delayed = submit(http, ALICE, delayMs=3000, params={"ledger": str(book), "tag": "delay"})
@@ -89,7 +89,7 @@ def test_a_higher_priority_job_goes_ahead_of_its_owners_queue(make_broker_settin
     settings = make_broker_settings()
     http = served(settings)
     book, hold = tmp_path / "ledger", tmp_path / "hold"
-    with worker(settings, 1):
+    with worker(settings, 1, tmp_path):
         submit(http, ALICE, params={"ledger": str(book), "tag": "busy", "hold": str(hold)})
         wait_until(lambda: started(book, "busy"))
         for i in range(50):
@@ -108,7 +108,7 @@ def test_another_owners_job_starts_after_at_most_two_jobs_per_slot_of_a_flood(
     http = served(settings)
     service = build_runtime(settings).service
     book, slots = tmp_path / "ledger", 2
-    with worker(settings, slots):
+    with worker(settings, slots, tmp_path):
         for i in range(2000):
             service.submit("alice", "test.mark", {"ledger": str(book), "tag": f"a{i}", "seconds": 0.02})
         t_submit = time.time()
@@ -126,7 +126,7 @@ def test_at_most_max_jobs_per_key_run_at_once_and_the_others_hold_no_slot(redis_
     settings = make_settings(redis_base)
     http = served(settings)
     book = tmp_path / "ledger"
-    with worker(settings, 8):
+    with worker(settings, 8, tmp_path):
         for customer in ("c1", "c2", "c3"):
             for i in range(4):
                 submit(http, ALICE, "test.limited",
