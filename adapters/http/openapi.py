@@ -40,13 +40,14 @@ _HANDLE = {
 
 
 def _timing(ttl_ms: int) -> dict[str, Any]:
-    """A submit's `runAt` or `delayMs` and `priority` (a start past the job's retention is a 422)."""
+    """A submit's `runAt` or `delayMs` (not both: a 422) and `priority`; null is the same as leaving one out. A start
+    past the job's retention is a 422 too."""
     return {
-        "runAt": {"type": "string", "format": "date-time",
+        "runAt": {"type": ["string", "null"], "format": "date-time",
                   "description": "Not before this time (RFC 3339); not with `delayMs`."},
-        "delayMs": {"type": "integer", "minimum": 0, "maximum": ttl_ms - 1,
+        "delayMs": {"type": ["integer", "null"], "minimum": 0, "maximum": ttl_ms - 1,
                     "description": "Not before this many ms from now; not with `runAt`."},
-        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "default": 5,
+        "priority": {"type": ["integer", "null"], "minimum": 0, "maximum": 9, "default": 5,
                      "description": "Among the caller's queued jobs, higher runs first."},
     }
 
@@ -77,7 +78,6 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
         required = ["operation", "params"] if params.get("required") else ["operation"]
         ttl_ms = int(1000 * min(spec.ttl_s or runtime.settings.default_ttl_s, runtime.settings.max_ttl_s))
         submit_variants.append({"type": "object", "required": required, "additionalProperties": False,
-                                "not": {"required": ["runAt", "delayMs"]},
                                 "properties": {"operation": {"const": spec.name}, "params": params,
                                                **_timing(ttl_ms)}})
     paths: dict[str, Any] = {
