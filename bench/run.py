@@ -26,7 +26,7 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
 from tasks_backend.service.runtime import Runtime, build_runtime
 
-from . import fill, procs
+from . import dispatch, fill, procs
 from .baselines.a2a_ids import seeded_ids
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
@@ -115,6 +115,9 @@ class Bench:
         elif name == "product-worker":
             argv = [str(ROOT / ".venv/bin/tasks-backend"), "worker", "--concurrency", "2", "--pool", "prefork"]
             env = self.product_env
+        elif name == "product-worker-fair-off":
+            argv = [str(ROOT / ".venv/bin/tasks-backend"), "worker", "--concurrency", "2", "--pool", "prefork"]
+            env = {**self.product_env, "TASKS_BACKEND_FAIR_SHARES": "0"}
         elif name == "baseline-worker":
             argv = [PRODUCT_PY, "-m", "celery", "-A", "bench.baselines.celery_bare", "worker", "-Q", BARE_QUEUE,
                     "--loglevel=INFO", "--concurrency", "2", "--pool", "prefork"]
@@ -159,7 +162,8 @@ class Bench:
         quiet()  # and the baseline's own backlog, where it executes in its web processes
 
     def purge_queues(self) -> None:
-        self.db0.delete(self.runtime.settings.queue)
+        """Forget what submits left queued (no worker runs them here): the broker queues and the dispatch gate."""
+        self.db0.delete(self.runtime.settings.queue, *self.runtime.store.keys.gate_keys(self.runtime.settings.queue))
         self.db1.delete(BARE_QUEUE)
 
     # -- measures ----------------------------------------------------------------------
@@ -255,14 +259,19 @@ class Bench:
                 "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
                 "redis": procs.cpu_seconds(self.redis.process.pid)}
 
-    @staticmethod
-    def queue_length(db: redis.Redis, queue: str) -> int:
-        return int(db.llen(queue))
+    def queue_length(self, db: redis.Redis, queue: str) -> int:
+        """Jobs not yet taken: the broker queue's, and those the dispatch gate holds (none on the baseline's)."""
+        keys = self.runtime.store.keys
+        return int(db.llen(queue)) + sum(int(db.zcard(keys.gate(self.runtime.settings.queue, part)))
+                                         for part in ("ready", "delayed"))
 
     def wait_empty(self, db: redis.Redis, queue: str, timeout_s: float = 120) -> None:
         deadline = time.monotonic() + timeout_s
-        while (db.llen(queue) or db.hlen("unacked")) and time.monotonic() < deadline:
+        while (self.queue_length(db, queue) or db.hlen("unacked")) and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def dispatch(self) -> None:
+        dispatch.measure(self)
 
     def end_to_end(self) -> None:
         self.up("product-worker")
@@ -420,7 +429,7 @@ class Bench:
             time.sleep(0.2)
 
 
-MEASURES = ("poll", "submit", "runner", "end_to_end", "mcp", "a2a", "scale")
+MEASURES = ("poll", "submit", "runner", "dispatch", "end_to_end", "mcp", "a2a", "scale")
 
 
 def machine() -> str:

@@ -11,7 +11,7 @@ from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
 from .running.context import ChildFailed, JobContext
 from .running.declared import schedule
-from .running.registry import job
+from .running.registry import Concurrency, job
 from .service.jobs import JobService
 from .service.runtime import build_runtime, connect_service
 
@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 __all__ = [
     # defining jobs
     "ChildFailed",
+    "Concurrency",
     "JobContext",
     "job",
     "schedule",

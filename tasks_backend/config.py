@@ -71,6 +71,11 @@ class Settings:
     queued_grace_s: float = 30.0
     sweep_interval_s: float = 5.0
     visibility_timeout_s: float = 4 * 3600.0
+    #: Hand queued jobs to the workers fairly between principals (see README, "Fair shares"); off, a job goes
+    #: to the broker at once unless it is delayed or its concurrency value is full.
+    fair_shares: bool = True
+    #: Worker slots assumed while no worker has published its own (the gate keeps this many jobs in flight).
+    dispatch_slots: int = 64
     #: RabbitMQ only: deliveries of one message after which it is dead-lettered and its job failed.
     delivery_limit: int = 5
 
@@ -163,6 +168,8 @@ class Settings:
             "queued_grace_s": _float(e, "TASKS_BACKEND_QUEUED_GRACE", cls.queued_grace_s),
             "sweep_interval_s": _float(e, "TASKS_BACKEND_SWEEP_INTERVAL", cls.sweep_interval_s),
             "visibility_timeout_s": _float(e, "TASKS_BACKEND_VISIBILITY_TIMEOUT", cls.visibility_timeout_s),
+            "fair_shares": (e.get("TASKS_BACKEND_FAIR_SHARES") or "1").lower() not in ("0", "false", "no", "off"),
+            "dispatch_slots": _int(e, "TASKS_BACKEND_DISPATCH_SLOTS", cls.dispatch_slots),
             "delivery_limit": _int(e, "TASKS_BACKEND_DELIVERY_LIMIT", cls.delivery_limit),
             "redis_socket_timeout_s": _float(e, "TASKS_BACKEND_REDIS_TIMEOUT", cls.redis_socket_timeout_s),
             "redis_max_connections": _int(e, "TASKS_BACKEND_REDIS_MAX_CONNECTIONS", cls.redis_max_connections),

@@ -11,7 +11,7 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from .running.context import JobContext
-from .running.registry import job
+from .running.registry import Concurrency, job
 
 
 class SleepParams(Schema):
@@ -90,6 +90,19 @@ def refund(ctx: JobContext, order_id: str, amount: float) -> dict[str, Any]:
         return {"status": "rejected", "orderId": order_id, "reason": (answer or {}).get("reason")}
     issued = ctx.step("refund", lambda: _issue_refund(ctx.idempotency_key("refund"), order_id, amount))
     return {"status": "approved", "orderId": order_id, "amount": amount, **issued}
+
+
+class ChargeParams(Schema):
+    customer_id = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    amount = fields.Float(required=True, validate=validate.Range(min=0, min_inclusive=False))
+    seconds = fields.Float(load_default=1.0, validate=validate.Range(min=0, max=3600))
+
+
+@job("demo.charge", params=ChargeParams, ttl=3600, poll_interval=1, concurrency=Concurrency(max=2, key="customer_id"),
+     description="Charge a customer; at most two charges per customer run at once")
+def charge(ctx: JobContext, customer_id: str, amount: float, seconds: float) -> dict[str, Any]:
+    ctx.sleep(seconds)
+    return {"customerId": customer_id, "amount": amount, "charged": True}
 
 
 class FailParams(Schema):

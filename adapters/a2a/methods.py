@@ -17,6 +17,7 @@ from tasks_backend.access.auth import Principal
 from tasks_backend.access.streams import Held, StreamSlot
 from tasks_backend.errors import InvalidParams, JobNotFound
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
+from tasks_backend.model.timing import from_wire
 from tasks_backend.push.subscriptions import PushStore, resolve_target
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
@@ -156,8 +157,10 @@ def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, 
     key = metadata.get("idempotencyKey")
     if key is not None and not isinstance(key, str):
         raise InvalidParams("`metadata.idempotencyKey` must be a string.")
+    timing = from_wire(metadata)  # `runAt`, `delayMs`, `priority`, as in the HTTP body
     record, outcome = call.service.submit(call.principal, order["operation"], order.get("params"),
-                                          idempotency_key=key)
+                                          idempotency_key=key, run_at_ms=timing.run_at_ms,
+                                          delay_ms=timing.delay_ms, priority=timing.priority)
     if context_id is not None:
         call.contexts.set(record, context_id)
     if push_config is not None:

@@ -11,6 +11,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, stream_
 from tasks_backend.access.auth import Principal
 from tasks_backend.errors import BadRequest
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
+from tasks_backend.model.timing import DELAY_MS, PRIORITY, RUN_AT, from_wire
 from tasks_backend.model.wire import detailed, handle, wire_json
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
@@ -75,10 +76,12 @@ def submit_body(service: JobService, principal: Principal, raw: bytes,
     operation = body.get("operation")
     if not isinstance(operation, str) or not operation:
         raise BadRequest("`operation` must name a registered operation.")
-    unknown = set(body) - {"operation", "params"}
+    unknown = set(body) - {"operation", "params", RUN_AT, DELAY_MS, PRIORITY}
     if unknown:
         raise BadRequest(f"Unknown fields: {sorted(unknown)}.")
-    record, outcome = service.submit(principal, operation, body.get("params"), idempotency_key=idempotency_key)
+    timing = from_wire(body)
+    record, outcome = service.submit(principal, operation, body.get("params"), idempotency_key=idempotency_key,
+                                     run_at_ms=timing.run_at_ms, delay_ms=timing.delay_ms, priority=timing.priority)
     payload, headers = handle_body(record, handle(record))
     headers.append(("Location", f"/v1/jobs/{record.id}"))
     if outcome is SubmitOutcome.EXISTING:

@@ -35,6 +35,8 @@ _HANDLE = {
         "inputRequests": {"type": "object"},
         "parentId": {"type": "string", "format": "uuid",
                      "description": "The job whose `ctx.spawn` started this one (children only)."},
+        "priority": {"type": "integer", "minimum": 0, "maximum": 9},
+        "runAt": {"type": "string", "format": "date-time"},
     },
 }
 
@@ -86,6 +88,19 @@ def _schedule_paths(operations: list[str]) -> dict[str, Any]:
     }
 
 
+def _timing(ttl_ms: int) -> dict[str, Any]:
+    """A submit's `runAt` or `delayMs` (not both: a 422) and `priority`; null is the same as leaving one out. A start
+    past the job's retention is a 422 too."""
+    return {
+        "runAt": {"type": ["string", "null"], "format": "date-time",
+                  "description": "Not before this time (RFC 3339); not with `delayMs`."},
+        "delayMs": {"type": ["integer", "null"], "minimum": 0, "maximum": ttl_ms - 1,
+                    "description": "Not before this many ms from now; not with `runAt`."},
+        "priority": {"type": ["integer", "null"], "minimum": 0, "maximum": 9, "default": 5,
+                     "description": "Among the caller's queued jobs, higher runs first."},
+    }
+
+
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -110,8 +125,10 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
         params = runtime.registry.json_schema(spec.name)
         # `params` may be left out only when the operation needs none of them (an absent `params` is `{}`).
         required = ["operation", "params"] if params.get("required") else ["operation"]
+        ttl_ms = int(1000 * min(spec.ttl_s or runtime.settings.default_ttl_s, runtime.settings.max_ttl_s))
         submit_variants.append({"type": "object", "required": required, "additionalProperties": False,
-                                "properties": {"operation": {"const": spec.name}, "params": params}})
+                                "properties": {"operation": {"const": spec.name}, "params": params,
+                                               **_timing(ttl_ms)}})
     paths: dict[str, Any] = {
         "/v1/jobs": {
             "post": {"summary": "Submit a job", "parameters": [

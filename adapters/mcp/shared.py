@@ -19,6 +19,7 @@ from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
 from tasks_backend.errors import Conflict, InvalidParams, JobNotFound
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
+from tasks_backend.model.timing import from_wire
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime
 
@@ -53,6 +54,8 @@ def parent_in_meta(task: dict[str, Any]) -> dict[str, Any]:
 
 #: The `_meta` key of `tools/call` that carries an idempotency key (same rules as HTTP `Idempotency-Key`).
 IDEMPOTENCY_META = "io.tasks-backend/idempotencyKey"
+#: The `_meta` keys of `tools/call` that delay a job and rank it (the HTTP body's `runAt`, `delayMs`, `priority`).
+TIMING_META = ("io.tasks-backend/runAt", "io.tasks-backend/delayMs", "io.tasks-backend/priority")
 
 HEADER_MISMATCH = -32020
 MISSING_CAPABILITY = -32021
@@ -136,7 +139,9 @@ def submit_call(call: McpRequest, ttl_s: float | None = None) -> tuple[JobRecord
     key = call.meta.get(IDEMPOTENCY_META)
     if key is not None and not isinstance(key, str):
         raise InvalidParams(f"`_meta[{IDEMPOTENCY_META!r}]` must be a string.")
-    return call.service.submit(call.principal, name, arguments, idempotency_key=key, ttl_s=ttl_s)
+    timing = from_wire(call.meta, TIMING_META)
+    return call.service.submit(call.principal, name, arguments, idempotency_key=key, ttl_s=ttl_s,
+                               run_at_ms=timing.run_at_ms, delay_ms=timing.delay_ms, priority=timing.priority)
 
 
 def error_message(record: JobRecord) -> str:

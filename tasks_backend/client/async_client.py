@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import datetime as dt
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -41,8 +42,11 @@ class AsyncClient(_Base[httpx.AsyncClient]):
         raise AssertionError("unreachable")
 
     async def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
-                     idempotency_key: str | None = None) -> Job:
-        response = await self._request("POST", "/v1/jobs", **self._submit_request(operation, params, idempotency_key))
+                     idempotency_key: str | None = None, run_at: dt.datetime | str | None = None,
+                     delay: float | dt.timedelta | None = None, priority: int | None = None) -> Job:
+        """Start a job (see the sync client's `submit`)."""
+        response = await self._request("POST", "/v1/jobs", **self._submit_request(
+            operation, params, idempotency_key, run_at, delay, priority))
         return Job.from_wire(response.json())
 
     async def get(self, job_id: str) -> Job:

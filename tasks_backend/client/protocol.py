@@ -4,6 +4,7 @@ problem `type`s, retry backoff and poll delays, and the server-sent event parser
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -76,6 +77,9 @@ class Job:
     result: Any = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None
+    #: Its priority among its owner's queued jobs (0-9), and when it may start (RFC 3339), if it was given a time.
+    priority: int | None = None
+    run_at: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -89,7 +93,8 @@ class Job:
                    poll_interval_ms=int(data.get("pollIntervalMs") or 0),
                    status_message=data.get("statusMessage"), operation=data.get("operation"),
                    progress=data.get("progress"), result=data.get("result"), error=data.get("error"),
-                   input_requests=data.get("inputRequests"), raw=dict(data))
+                   input_requests=data.get("inputRequests"), priority=data.get("priority"),
+                   run_at=data.get("runAt"), raw=dict(data))
 
 
 @dataclass(frozen=True)
@@ -245,11 +250,26 @@ class _Base(Generic[_Http]):
             raise self._unreachable(exc) from exc
 
     @staticmethod
-    def _submit_request(operation: str, params: Mapping[str, Any] | None,
-                        idempotency_key: str | None) -> dict[str, Any]:
-        """A submit's body and headers; the idempotency key travels with every retry, so the job is created once."""
+    def _submit_request(operation: str, params: Mapping[str, Any] | None, idempotency_key: str | None,
+                        run_at: dt.datetime | str | None = None, delay: float | dt.timedelta | None = None,
+                        priority: int | None = None) -> dict[str, Any]:
+        """A submit's body and headers; the idempotency key travels with every retry, so the job is created once.
+        `run_at` (an aware datetime or RFC 3339 text) or `delay` (seconds or a timedelta) hold the start back;
+        `priority` (0-9) ranks it among the caller's queued jobs."""
         key = idempotency_key or str(uuid.uuid4())
-        return {"json": {"operation": operation, "params": dict(params or {})}, "headers": {"Idempotency-Key": key}}
+        body: dict[str, Any] = {"operation": operation, "params": dict(params or {})}
+        if isinstance(run_at, dt.datetime):
+            if run_at.tzinfo is None:
+                raise ValueError("run_at must be timezone-aware")
+            body["runAt"] = run_at.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+        elif run_at is not None:
+            body["runAt"] = run_at
+        if delay is not None:
+            seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+            body["delayMs"] = round(seconds * 1000)
+        if priority is not None:
+            body["priority"] = priority
+        return {"json": body, "headers": {"Idempotency-Key": key}}
 
     @staticmethod
     def _list_params(status: str | None, limit: int, cursor: str | None) -> dict[str, str | int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import datetime as dt
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -44,9 +45,13 @@ class Client(_Base[httpx.Client]):
 
     # -- calls ---------------------------------------------------------------------
     def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
-               idempotency_key: str | None = None) -> Job:
-        """Start a job; retried with the same idempotency key, so it is created at most once."""
-        response = self._request("POST", "/v1/jobs", **self._submit_request(operation, params, idempotency_key))
+               idempotency_key: str | None = None, run_at: dt.datetime | str | None = None,
+               delay: float | dt.timedelta | None = None, priority: int | None = None) -> Job:
+        """Start a job; retried with the same idempotency key, so it is created at most once. `run_at` (an aware
+        datetime or RFC 3339 text) or `delay` (seconds, or a timedelta): not before then; `priority` 0-9 (default
+        5): among the caller's queued jobs, higher runs first."""
+        response = self._request("POST", "/v1/jobs", **self._submit_request(
+            operation, params, idempotency_key, run_at, delay, priority))
         return Job.from_wire(response.json())
 
     def get(self, job_id: str) -> Job:

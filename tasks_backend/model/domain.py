@@ -63,6 +63,10 @@ class SubmitOutcome(enum.Enum):
     EXISTING = "existing"
 
 
+#: A job's priority when its submit names none (0 lowest, 9 highest).
+DEFAULT_PRIORITY = 5
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -102,6 +106,9 @@ class JobRecord:
     schedule: str | None = None
     #: The job whose `ctx.spawn` made this one (None: submitted by a caller).
     parent_id: str | None = None
+    #: When the job may start (Redis ms; None: at once), and its priority among its owner's queued jobs (0-9).
+    run_at_ms: int | None = None
+    priority: int = DEFAULT_PRIORITY
 
     @property
     def params(self) -> dict[str, Any]:

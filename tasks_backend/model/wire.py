@@ -18,10 +18,15 @@ def handle(record: JobRecord) -> dict[str, Any]:
     }
     if record.status_message:
         out["statusMessage"] = record.status_message
+    elif record.run_at_ms is not None and record.state is JobState.QUEUED:
+        out["statusMessage"] = f"Waiting to start at {rfc3339(record.run_at_ms)}."
     out["createdAt"] = rfc3339(record.created_ms)
     out["lastUpdatedAt"] = rfc3339(record.updated_ms)
     out["ttlMs"] = record.ttl_ms
     out["pollIntervalMs"] = record.poll_ms
+    out["priority"] = record.priority
+    if record.run_at_ms is not None:
+        out["runAt"] = rfc3339(record.run_at_ms)
     if record.parent_id:
         out["parentId"] = record.parent_id
     return out

@@ -24,7 +24,7 @@ from ..store.connect import redis_errors
 from ..store.keys import Keys
 from ..store.runner import ScriptRunner
 from ..store.scripts import SCRIPTS
-from .registry import Registry
+from .registry import Concurrency, Registry
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,9 @@ def entries(registry: Registry) -> dict[str, str]:
     """What a submit needs of each operation of `registry`, as JSON (the shape `GET /v1/operations` uses)."""
     return {spec.name: json.dumps({"name": spec.name, "description": spec.description,
                                    "paramsSchema": registry.json_schema(spec.name), "ttlS": spec.ttl_s,
-                                   "pollIntervalS": spec.poll_interval_s}, separators=(",", ":"), sort_keys=True)
+                                   "pollIntervalS": spec.poll_interval_s,
+                                   **({"concurrency": {"max": spec.concurrency.max, "key": spec.concurrency.key}}
+                                      if spec.concurrency else {})}, separators=(",", ":"), sort_keys=True)
             for spec in registry}
 
 
@@ -89,6 +91,8 @@ class PublishedOperation:
     params_schema: dict[str, Any]
     ttl_s: float | None
     poll_interval_s: float | None
+    #: Its `Concurrency` limit, if it has one.
+    concurrency: Concurrency | None = None
 
     def load_params(self, raw: Any) -> dict[str, Any]:
         """Check params against the published JSON Schema. They are stored as given: the worker's own schema
@@ -151,8 +155,10 @@ class PublishedOperations:
 def _parse(name: str, value: str) -> PublishedOperation | None:
     try:
         entry = json.loads(value.partition(" ")[2])
+        limit = entry.get("concurrency")
         return PublishedOperation(name, str(entry.get("description") or ""), dict(entry["paramsSchema"]),
-                                  entry.get("ttlS"), entry.get("pollIntervalS"))
+                                  entry.get("ttlS"), entry.get("pollIntervalS"),
+                                  Concurrency(int(limit["max"]), limit.get("key")) if limit else None)
     except (ValueError, KeyError, TypeError, AttributeError):
         log.warning("operation %r: its published entry cannot be read; ignored", name)
         return None

@@ -154,9 +154,9 @@ class RedisDispatcher(CeleryDispatcher):
         self._headers = {k: v for k, v in template.headers.items() if k not in ("id", "root_id")}
         self._headers["ignore_result"] = True
         self._delivery_info = {"exchange": "", "routing_key": settings.queue}
-        self._pushes = Keys(settings.key_prefix).queue_pushes(settings.queue)
+        self.pushes_key = Keys(settings.key_prefix).queue_pushes(settings.queue)
         self._ttl_renewed = -PUSHES_TTL_RENEW_S
-        self._pushes_ttl_ms = int(settings.max_ttl_s * 1000) + 86_400_000
+        self.pushes_key_ttl_ms = int(settings.max_ttl_s * 1000) + 86_400_000
 
     def message(self, job_id: str, operation: str) -> str:
         body = json.dumps([[job_id], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}])
@@ -174,23 +174,23 @@ class RedisDispatcher(CeleryDispatcher):
 
     def inline_push(self, job_id: str, operation: str) -> ListPush:
         """The publish, for the store to make in a submit's own round trip (only when `shares_store`)."""
-        return ListPush(self.settings.queue, self.message(job_id, operation), self._pushes, self._counter_ttl_due())
+        return ListPush(self.settings.queue, self.message(job_id, operation), self.pushes_key, self.counter_ttl_due())
 
     def _count_push(self, pipe: Any) -> None:
         # After the push: a count lost with the connection only undercounts (see the class doc).
-        pipe.incr(self._pushes)
-        ttl_ms = self._counter_ttl_due()
+        pipe.incr(self.pushes_key)
+        ttl_ms = self.counter_ttl_due()
         if ttl_ms is not None:
-            pipe.pexpire(self._pushes, ttl_ms)
+            pipe.pexpire(self.pushes_key, ttl_ms)
 
-    def _counter_ttl_due(self) -> int | None:
+    def counter_ttl_due(self) -> int | None:
         """The push counter's TTL when this process should renew it with its next push, else None: a TTL of
         weeks needs no renewal per push."""
         now = time.monotonic()
         if now - self._ttl_renewed < PUSHES_TTL_RENEW_S:
             return None
         self._ttl_renewed = now
-        return self._pushes_ttl_ms
+        return self.pushes_key_ttl_ms
 
     def publish(self, job_id: str, operation: str, countdown_s: float | None = None) -> None:
         try:
@@ -213,7 +213,7 @@ class RedisDispatcher(CeleryDispatcher):
     def backlog(self) -> tuple[int, int] | None:
         try:
             pipe = self.broker.pipeline(transaction=False)
-            pipe.get(self._pushes)
+            pipe.get(self.pushes_key)
             pipe.llen(self.settings.queue)
             pushed, waiting = pipe.execute()
         except redis.RedisError as exc:

@@ -28,6 +28,7 @@ from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
+from .admission import DispatchGate
 from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Suspend
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
@@ -107,6 +108,8 @@ class Executor:
         self.lease_ms = int(settings.lease_s * 1000)
         self.keeper = LeaseKeeper(store, self.lease_ms, tick=self.flush)
         self.stats = JobStats(store)
+        #: The dispatch gate: a run that ends lets held jobs in; a retry or a hand-back is admitted again.
+        self.admission = DispatchGate(store, dispatcher, settings)
         #: Set when this process's worker stops: running jobs are handed back at their next cancellation point.
         self.stopping = threading.Event()
         self._running: dict[str, JobRecord] = {}
@@ -133,18 +136,24 @@ class Executor:
             exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
                                         "the worker running it was lost each time.", "type": "WorkerLost"})
         if outcome is not Claimed.OK or record is None:
+            self.admission.after_run(job_id, outcome)
             return outcome
         if record.parent_id is not None and self._parent_cancelled(record):
-            return self._cancelled(record)
+            done = self._cancelled(record)
+            self.admission.after_run(job_id, done, record, self.registry.get)
+            return done
         lease = self.keeper.hold(job_id, record.token)
         with self._finished_lock:
             self._running[job_id] = record
+        done = "lost"
         try:
-            return self._execute(record, record.token, lease)
+            done = self._execute(record, record.token, lease)
+            return done
         finally:
             with self._finished_lock:
                 self._running.pop(job_id, None)
             self.keeper.release(lease)
+            self.admission.after_run(job_id, done, record, self.registry.get)
 
     def hand_back_overdue(self) -> list[str]:
         """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they
@@ -199,7 +208,7 @@ class Executor:
             sweep_in_ms=int(1000 * (delay + self.settings.queued_grace_s)))
         if outcome == JobState.QUEUED:
             try:
-                self.dispatcher.publish(record.id, record.operation, countdown_s=delay)
+                self.admission.requeue(record, delay)
             except DispatchUnavailable:
                 with contextlib.suppress(StoreUnavailable):
                     self.store.schedule_sweep(record.id, int(1000 * delay))
@@ -217,7 +226,7 @@ class Executor:
             return outcome
         # Unpublished, it is republished by the sweeper from the entry the move wrote, after the grace.
         with contextlib.suppress(DispatchUnavailable):
-            self.dispatcher.publish(record.id, record.operation)
+            self.admission.requeue(record)
         return "handed back"  # the runner task logs it
 
     def _finish(self, record: JobRecord, token: int, target: JobState, change: Change,

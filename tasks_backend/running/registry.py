@@ -26,6 +26,19 @@ class _NoParams(Schema):
 
 
 @dataclass(frozen=True)
+class Concurrency:
+    """At most `max` jobs of the operation run at once per value of the parameter `key` (None: for the whole
+    operation); the others wait queued, holding no worker slot, and start as one ends."""
+
+    max: int
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max, bool) or not isinstance(self.max, int) or self.max < 1:
+            raise ValueError("Concurrency(max=...) must be a positive integer")
+
+
+@dataclass(frozen=True)
 class JobSpec:
     name: str
     fn: Callable[..., Any]
@@ -36,6 +49,7 @@ class JobSpec:
     retry_on: tuple[type[BaseException], ...] = ()
     max_retries: int = 3
     retry_backoff_s: float = 1.0
+    concurrency: Concurrency | None = None
     _schema: Schema = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -129,19 +143,21 @@ def _whole_floats_as_ints(schema: Schema, raw: dict[str, Any]) -> dict[str, Any]
 def job(name: str, *, params: type[Schema] | None = None, ttl: float | None = None,
         poll_interval: float | None = None, description: str = "",
         retry_on: Iterable[type[BaseException]] = (), max_retries: int = 3,
-        retry_backoff: float = 1.0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        retry_backoff: float = 1.0,
+        concurrency: Concurrency | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Mark `fn(ctx, **params)` as the job `name`.
 
     `ttl` and `poll_interval` are seconds. `retry_on` lists exception types that mean "try again
     later": the job is requeued with exponential backoff from `retry_backoff`, at most `max_retries`
-    times, replaying recorded steps.
+    times, replaying recorded steps. `concurrency` caps how many run at once (see `Concurrency`).
     """
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         spec = JobSpec(name=name, fn=fn, params=params or _NoParams, ttl_s=ttl, poll_interval_s=poll_interval,
                        # Every protocol publishes a description (MCP clients and the A2A card require one).
                        description=description or (fn.__doc__ or "").strip().split("\n")[0] or f"Runs {name}.",
-                       retry_on=tuple(retry_on), max_retries=max_retries, retry_backoff_s=retry_backoff)
+                       retry_on=tuple(retry_on), max_retries=max_retries, retry_backoff_s=retry_backoff,
+                       concurrency=concurrency)
         setattr(fn, _MARK, spec)
         return fn
 

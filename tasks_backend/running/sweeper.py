@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ..config import Settings
 from ..errors import DispatchUnavailable, ServiceUnavailable
 from ..store.jobs import RedisStore
 from ..store.outcomes import Swept
+from .admission import DispatchGate
 from .dispatch import AmqpDispatcher, Dispatcher
 from .rabbitmq import DeadLetters
 from .stats import JobStats
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 class Sweeper:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 1000) -> None:
         self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
+        self.admission = DispatchGate(store, dispatcher, settings)
 
     def sweep_once(self, max_rounds: int = 1000) -> dict[str, int]:
         """Look at every job that is due now (by Redis's clock), `batch` jobs per round trip.
@@ -38,6 +41,7 @@ class Sweeper:
         interval_ms = int(self.settings.sweep_interval_s * 1000)
         if not self.store.try_lock("sweep", max(interval_ms // 2, 100)):
             return counts
+        self.admission.prune()
         if isinstance(self.dispatcher, AmqpDispatcher):
             self._fail_dead_letters(self.dispatcher.dead_letters, counts)
         seen: set[str] = set()
@@ -60,6 +64,23 @@ class Sweeper:
             backlog = self.dispatcher.backlog()
         except DispatchUnavailable:
             backlog = None
+        # Held and delayed jobs wait their turn (no message of theirs is lost); a job just released gets the grace.
+        grace_ms = int(self.settings.queued_grace_s * 1000)
+        waiting: list[tuple[str, str, int | None]] = []
+        kept: list[tuple[str, str]] = []
+        places = self.store.gate_where(self.admission.call(), [j for j, _ in due])
+        for (job_id, score), (where, since) in zip(due, places, strict=True):
+            if where in ("h", "d"):
+                waiting.append((job_id, score, now + 2 * grace_ms))
+            elif where == "f" and since is not None and since + grace_ms > now:
+                waiting.append((job_id, score, int(since) + grace_ms))
+            else:
+                kept.append((job_id, score))
+        if waiting:
+            counts["waiting"] = counts.get("waiting", 0) + len(waiting)
+            self.store.settle_sweep(waiting)
+        if not (due := kept):
+            return
         replies = self.store.sweep_many(
             [job_id for job_id, _ in due], grace_ms=int(self.settings.queued_grace_s * 1000),
             max_attempts=self.settings.max_attempts, backlog=backlog,
@@ -100,11 +121,17 @@ class Sweeper:
         return True
 
     def run_forever(self, stop: threading.Event) -> None:
+        """Sweep every `sweep_interval_s`; between sweeps, pump the dispatch gate whenever a delayed job is due."""
+        next_sweep = 0.0
         while not stop.is_set():
+            wait = self.settings.sweep_interval_s
             try:
-                self.sweep_once()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + self.settings.sweep_interval_s
+                    self.sweep_once()
+                wait = min(self.admission.tick(), max(0.0, next_sweep - time.monotonic()))
             except ServiceUnavailable:
                 log.warning("sweep skipped: Redis or the broker is unreachable")
             except Exception:
                 log.exception("sweep failed")
-            stop.wait(self.settings.sweep_interval_s)
+            stop.wait(wait)

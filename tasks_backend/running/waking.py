@@ -1,25 +1,25 @@
 """Waking waiting jobs: a long sleep's time came, or a parent's children finished.
 
 `Waker.wake` is the one function that makes a parked job (`suspended`) runnable again; it and the answers that
-resume a job asking for input (`JobService.provide_input`) both hand the job to the workers through
-`hand_to_workers`. `Waker.wake_due` is the wake-at-time logic: it reads the wake schedule (`keys.wake`) a few
-times a second, in every worker's main process and in every sweeper. A parent is woken by the child that
-finished last (the child writes its end, then reads the parent; the parent writes its park, then reads its
-children: whichever comes second sees the other), and, should that notice be lost with a process, by
-`wake_due`, which looks at a waiting parent's children every `CHILDREN_CHECK_MS`.
+resume a job asking for input (`JobService.provide_input`) both pass the job to the dispatch gate's `resume`.
+`Waker.wake_due` is the wake-at-time logic: it reads the wake schedule (`keys.wake`) a few times a second, in
+every worker's main process and in every sweeper. A parent is woken by the child that finished last (the child
+writes its end, then reads the parent; the parent writes its park, then reads its children: whichever comes
+second sees the other), and, should that notice be lost with a process, by `wake_due`, which looks at a
+waiting parent's children every `CHILDREN_CHECK_MS`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 
 from ..config import Settings
-from ..errors import DispatchUnavailable, ServiceUnavailable, StoreUnavailable
+from ..errors import ServiceUnavailable
 from ..model.domain import JobState
 from ..store.jobs import RedisStore
 from ..store.outcomes import Woken
+from .admission import DispatchGate
 from .context import CHILDREN_CHECK_MS
 from .dispatch import Dispatcher
 
@@ -28,19 +28,10 @@ log = logging.getLogger(__name__)
 WAKE_INTERVAL_S = 0.2
 
 
-def hand_to_workers(store: RedisStore, dispatcher: Dispatcher, job_id: str, operation: str) -> None:
-    """Publish a job that was parked and is `queued` again. If the broker is down, the sweep entry its move
-    wrote makes the sweeper publish it."""
-    try:
-        dispatcher.publish(job_id, operation)
-    except DispatchUnavailable:
-        with contextlib.suppress(StoreUnavailable):
-            store.schedule_sweep(job_id, 0)
-
-
 class Waker:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 500) -> None:
         self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
+        self.gate = DispatchGate(store, dispatcher, settings)
 
     def wake(self, job_id: str, token: int | None, operation: str) -> Woken:
         """Make a waiting job runnable again: queue it (if it still waits, since the run that holds `token`
@@ -48,7 +39,7 @@ class Waker:
         outcome, _ = self.store.wake(job_id, token, "Resuming.",
                                      sweep_in_ms=int(1000 * self.settings.queued_grace_s))
         if outcome is Woken.QUEUED:
-            hand_to_workers(self.store, self.dispatcher, job_id, operation)
+            self.gate.resume(job_id, operation)
         return outcome
 
     def children_done(self, ids: list[str]) -> bool:

@@ -1,19 +1,18 @@
 """JobService: the semantics every protocol adapter and the Python API share.
 
-submit (idempotent) · get · list · cancel · provide_input · watch. Every call that names a job checks
+submit (idempotent) · get · list (`reads`) · cancel · provide_input · watch. Every call that names a job checks
 that the caller owns it; another owner's job raises exactly the `JobNotFound` a missing one does.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from ..access.auth import Principal
@@ -28,26 +27,25 @@ from ..errors import (
     JobNotFound,
     NotWaitingForInput,
 )
-from ..model.domain import JobRecord, JobState, SubmitOutcome
-from ..model.states import STATES_FOR_STATUS
+from ..model.domain import JobRecord, JobState, SubmitOutcome, now_ms
+from ..model.timing import Timing
+from ..running.admission import DispatchGate
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
-from ..running.waking import Waker, hand_to_workers
+from ..running.waking import Waker
 from ..serving.drain import Drain, Interrupted
 from ..store import fields as job_fields
+from ..store.admission import Released
 from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
 from .children import after_cancel
-from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
+from .cursors import valid_id
+from .reads import JobReads, as_principal
 
 log = logging.getLogger(__name__)
 
-MAX_PAGE = 200
-
-#: A protocol's own filter over a batch of the caller's jobs: returns those it keeps, in order.
-Selector = Callable[[list[JobRecord]], list[JobRecord]]
 MAX_IDEMPOTENCY_KEY = 255
 
 
@@ -55,12 +53,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def as_principal(who: Principal | str) -> Principal:
-    """The in-process API takes a plain owner name where the adapters pass an authenticated principal."""
-    return who if isinstance(who, Principal) else Principal(who)
-
-
-class JobService:
+class JobService(JobReads):
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None, *, limits: Limits | None = None) -> None:
         self.store = store
@@ -72,20 +65,28 @@ class JobService:
         self.drain = drain or Drain()
         #: What a submit is checked against and a listing's scan reported to (see `access.policy`).
         self.limits: Limits = limits if limits is not None else NoLimits()
+        #: The dispatch gate every submit and resumption goes through.
+        self.admission = DispatchGate(store, dispatcher, settings)
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
-               idempotency_key: str | None = None, ttl_s: float | None = None,
+               idempotency_key: str | None = None, ttl_s: float | None = None, run_at_ms: int | None = None,
+               delay_ms: int | None = None, priority: int | None = None,
                parent_id: str | None = None) -> tuple[JobRecord, SubmitOutcome]:
-        """Accept a job (the same handle again for the same idempotency key and request). `parent_id`: the job
-        whose `ctx.spawn` makes this one; the child is added to the parent's index."""
-        record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s, parent_id)
+        """Accept a job (or, with an idempotency key already used for the same request, return that one).
+
+        `run_at_ms` (ms since the epoch) or `delay_ms`: it does not start before then; `priority` 0-9 (default
+        5): among the owner's queued jobs, higher runs first. Bad values raise `InvalidParams` naming the field.
+        `parent_id`: the job whose `ctx.spawn` makes this one; the child is added to the parent's index.
+        """
+        record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s,
+                                       Timing(run_at_ms, delay_ms, priority), parent_id)
         if parent_id is not None:
             self.store.index_child(parent_id, record.id)
         return record, outcome
 
     def _submit(self, principal: Principal | str, operation: str, params: Any, idempotency_key: str | None,
-                ttl_s: float | None, parent_id: str | None) -> tuple[JobRecord, SubmitOutcome]:
+                ttl_s: float | None, timing: Timing, parent_id: str | None) -> tuple[JobRecord, SubmitOutcome]:
         owner = as_principal(principal).name
         ttl_s = self.limits.check_submit(owner, params, ttl_s)
         spec = self.registry.get(operation)
@@ -96,6 +97,7 @@ class JobService:
         request_hash = "" if idempotency_key is None else hashlib.sha256(
             canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
         ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
+        timing.check(ttl_ms, now_ms())
         poll_ms = int(1000 * (spec.poll_interval_s or self.settings.default_poll_s))
         params_json = canonical_json(stored_params)
 
@@ -104,18 +106,28 @@ class JobService:
             # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
                                      params_json=params_json, idempotency_key=idempotency_key,
-                                     parent_id=parent_id)
-            # When the broker is the store's Redis the enqueue rides in the same round trip as the record
-            # (with a key, only if the key turns out ours: see `RedisStore.create`).
-            push = self._inline_push(job_id, operation)
+                                     parent_id=parent_id, run_at_ms=timing.run_at_ms,
+                                     delay_ms=timing.delay_ms, priority=timing.priority)
+            # Through the dispatch gate (fair shares, delays, concurrency; `running.admission`), in the same round
+            # trip on a single Redis. When the broker is the store's Redis the enqueue rides in it too (with a
+            # key, only if the key turns out ours: see `RedisStore.create`).
+            entry = self.admission.entry(job_id, owner, operation, spec, stored_params, timing)
+            push = self._inline_push(job_id, operation) if entry is None else None
+            released: Released = []
+            in_trip = entry if self.store.single else None
             created, existing = self.store.create(
                 new, job_id, owner, idem_key=idempotency_key, idem_value=f"{job_id} {request_hash}",
-                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push)
+                ttl_ms=ttl_ms, sweep_in_ms=int(1000 * self.settings.queued_grace_s), push=push, gate=in_trip,
+                released=released)
             if created is None:
                 continue  # the id was taken: another one
             if existing is None:
                 record = job_fields.created_record(job_id, new, created)
-                if push is None:
+                if entry is not None and in_trip is None:
+                    self.admission.admit(job_id, entry)
+                elif entry is not None:
+                    self.admission.publish(released)
+                elif push is None:
                     self._publish(record)
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
@@ -155,124 +167,6 @@ class JobService:
             except Exception:
                 log.warning("job %s left for the sweeper's regular pass", record.id)
 
-    # -- read ------------------------------------------------------------------
-    def get(self, who: Principal | str, job_id: str) -> JobRecord:
-        principal = as_principal(who)
-        if not valid_id(job_id):
-            raise JobNotFound()
-        return _visible(principal, self.store.get(job_id))
-
-    def get_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobRecord, str | None]:
-        """`get`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
-        principal = as_principal(who)
-        if not valid_id(job_id):
-            raise JobNotFound()
-        record, value = self.store.get_with_meta(job_id, field)
-        return _visible(principal, record), value
-
-    def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,
-             cursor: str | None = None, where: Selector | None = None,
-             parent: str | None = None) -> tuple[list[JobRecord], str | None]:
-        """The caller's own jobs, newest first; `next_cursor` is None on the last page.
-
-        `where` narrows further (a protocol's own filters); `parent` lists that job's children instead (the
-        parent must be the caller's: another's answers `JobNotFound`). A cursor is handed out only when
-        another job matches after the page, so that the last page never points at an empty one.
-        """
-        principal = as_principal(who)
-        if parent is not None:
-            self.get(principal, parent)
-        if status is not None and status not in STATES_FOR_STATUS:
-            raise BadRequest(f"Unknown status; use one of {sorted(STATES_FOR_STATUS)}.")
-        if not 1 <= limit <= MAX_PAGE:
-            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
-        wanted = STATES_FOR_STATUS[status] if status else None
-        position = decode_cursor(cursor) if cursor else None
-        out: list[JobRecord] = []
-        last: tuple[float, str] | None = None
-        # One more than a page, so that a full page usually also tells whether another follows.
-        with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50), parent)) as pages:
-            for page in pages:
-                for score, record in self._live(principal.name, page, where):
-                    if wanted is not None and record.state not in wanted:
-                        continue
-                    if len(out) == limit:
-                        assert last is not None
-                        return out, encode_cursor(*last)
-                    out.append(record)
-                    last = (score, record.id)
-        return out, None
-
-    def count(self, who: Principal | str, *, where: Selector | None = None) -> int:
-        """How many of the caller's jobs there are, or how many of them `where` keeps.
-
-        Unfiltered: the size of the owner index, O(1) (it may still count jobs that expired since a
-        listing last passed them). Filtered: one pass over the owner's jobs, O(n), about three round
-        trips per 200 jobs, which only a filtered listing pays.
-        """
-        principal = as_principal(who)
-        if where is None:
-            return self.store.owner_count(principal.name)
-        total = 0
-        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
-            for page in pages:
-                total += len(self._live(principal.name, page, where))
-        return total
-
-    def list_recent(self, who: Principal | str, *, limit: int = 50, cursor: str | None = None,
-                    where: Selector | None = None) -> tuple[Sequence[JobRecord], str | None, int]:
-        """The caller's jobs that `where` keeps, most recently changed first: (page, next cursor, total).
-
-        For protocols that order by last change rather than by creation (A2A's ListTasks). The owner
-        index is ordered by creation, so this reads all of the owner's jobs, O(n) like a filtered
-        `count`, and the total comes from the same pass. Ties are broken by creation (newer first),
-        then id, so that a page never swaps two jobs with its neighbour. A job that changes between
-        two pages moves ahead of the cursor: it is not listed twice.
-        """
-        principal = as_principal(who)
-        if not 1 <= limit <= MAX_PAGE:
-            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
-        after = decode_recent(cursor) if cursor else None
-        kept: list[JobRecord] = []
-        with contextlib.closing(self._pages(principal.name, None, 200)) as pages:
-            for page in pages:
-                kept.extend(record for _, record in self._live(principal.name, page, where))
-        kept.sort(key=recency)
-        rest = [r for r in kept if after is None or recency(r) > after]
-        out = rest[:limit]
-        next_cursor = encode_recent(recency(out[-1])) if len(rest) > limit else None
-        return out, next_cursor, len(kept)
-
-    def _pages(self, owner: str, position: tuple[float, str] | None, size: int,
-               parent: str | None = None) -> Generator[Sequence[tuple[str, float]], None, None]:
-        """The owner index (or the `parent`'s children), page after page from `position`; once done, the limits
-        are told how many jobs were read."""
-        read = 0
-        try:
-            while page := (self.store.owner_page(owner, position, size) if parent is None
-                           else self.store.children_page(parent, position, size)):
-                read += len(page)
-                yield page
-                position = (page[-1][1], page[-1][0])
-        finally:
-            self.limits.scanned(owner, read)
-
-    def _live(self, owner: str, page: Sequence[tuple[str, float]],
-              where: Selector | None) -> Sequence[tuple[float, JobRecord]]:
-        """(index score, record) behind a page of the owner index, in its order, that `where` keeps;
-        entries of expired jobs are dropped from the index on the way.
-
-        The index is keyed by a digest of the owner's name: each record's own owner is checked, and
-        another's job is passed over (and left in the index, which may be that owner's too)."""
-        records = self.store.get_many([job_id for job_id, _ in page])
-        self.store.forget_for_owner(owner, [job_id for (job_id, _), r in zip(page, records, strict=True)
-                                            if r is None])
-        live = [r for r in records if r is not None and r.owner == owner]
-        if where is not None and live:
-            live = where(live)
-        scores: dict[str, float] = dict(page)
-        return [(scores[r.id], r) for r in live]
-
     # -- change ----------------------------------------------------------------
     def cancel(self, who: Principal | str, job_id: str) -> JobRecord:
         """Cancel now and return the job, `cancelled`. A running job's worker is fenced out at once (none
@@ -286,6 +180,7 @@ class JobService:
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
+        self.admission.leave([job_id], final=True)  # a held or delayed job waits for nothing now
         record = self.get(principal, job_id)
         after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
         return record
@@ -326,7 +221,7 @@ class JobService:
             if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:
-                    hand_to_workers(self.store, self.dispatcher, resumed.id, resumed.operation)
+                    self.admission.resume(resumed.id, resumed.operation)
                     return resumed
         return self.get(principal, job_id)
 
@@ -381,9 +276,3 @@ class JobService:
                 break
         return record
 
-
-def _visible(principal: Principal, record: JobRecord | None) -> JobRecord:
-    """The record if the principal may see it; anything else reads as missing."""
-    if record is None or (record.owner != principal.name and not principal.admin):
-        raise JobNotFound()
-    return record

@@ -22,7 +22,8 @@ from ..running.declared import DeclaredSchedule
 from ..running.ticker import Ticker
 from ..store.schedules import ScheduleStore
 from .cursors import decode_cursor, encode_cursor
-from .jobs import MAX_PAGE, JobService, as_principal
+from .jobs import JobService
+from .reads import MAX_PAGE, as_principal
 
 
 class ScheduleService:
@@ -120,8 +121,8 @@ class ScheduleService:
         idempotency key is the schedule's generation and the tick, under the owner)."""
         spec = schedule.spec
         record, _ = self.jobs.submit(schedule.owner, spec.operation, spec.params,
-                                     idempotency_key=f"schedule:{spec.name}:{schedule.generation}:{tick_ms}")
-        # TODO(priority): pass `priority=spec.priority` here once JobService.submit takes it.
+                                     idempotency_key=f"schedule:{spec.name}:{schedule.generation}:{tick_ms}",
+                                     priority=spec.priority)
         return record.id
 
     def ticker(self, **options: Any) -> Ticker:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..model.domain import JobRecord, JobState
+from ..model.domain import DEFAULT_PRIORITY, JobRecord, JobState
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ FIELDS: tuple[Field, ...] = (
     Field("mark", "the queue's push count when the sweeper first looked at the queued job",
           "sweep_one; claim drops it"),
     Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
+    Field("runat", "the time the job may start, Redis ms (a submit's runAt)", "submit, create"),
+    Field("delay", "ms after `created` the job may start (a submit's delayMs)", "submit, create"),
+    Field("prio", "the job's priority, 0-9 (absent: 5)", "submit, create"),
     Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
     Field("sched", "the name of the schedule whose tick made the job", "schedules.mark_job"),
     Field("parent", "the job whose `ctx.spawn` made this one", "submit, create"),
@@ -73,7 +76,8 @@ def created_record(job_id: str, new: Mapping[str, str], created_ms: int) -> JobR
 
 
 def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_json: str,
-            idempotency_key: str | None, parent_id: str | None = None) -> dict[str, str]:
+            idempotency_key: str | None, parent_id: str | None = None, run_at_ms: int | None = None,
+            delay_ms: int | None = None, priority: int | None = None) -> dict[str, str]:
     """The fields a submit writes (state first: the scripts read it from the first pair). `created` and
     `updated` are Redis's time, set by the script."""
     fields = {STATE: JobState.QUEUED.value, OWNER: owner, "op": operation, "ttl": str(ttl_ms),
@@ -82,6 +86,12 @@ def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_jso
         fields["idem"] = idempotency_key
     if parent_id is not None:
         fields["parent"] = parent_id
+    if run_at_ms is not None:
+        fields["runat"] = str(run_at_ms)
+    if delay_ms:
+        fields["delay"] = str(delay_ms)
+    if priority is not None and priority != DEFAULT_PRIORITY:
+        fields["prio"] = str(priority)
     return fields
 
 
@@ -96,6 +106,8 @@ def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
         value = raw.get(name)
         return json.loads(value) if value else None
 
+    run_at = raw.get("runat")
+    delay = raw.get("delay")
     return JobRecord(
         id=job_id,
         owner=raw[OWNER],
@@ -119,6 +131,8 @@ def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
         idempotency_key=raw.get("idem") or None,
         schedule=raw.get("sched") or None,
         parent_id=raw.get("parent") or None,
+        run_at_ms=int(run_at) if run_at else (int(raw["created"]) + int(delay) if delay else None),
+        priority=int(raw.get("prio") or DEFAULT_PRIORITY),
     )
 
 

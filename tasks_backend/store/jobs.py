@@ -16,6 +16,8 @@ import redis
 
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
+from .admission import AdmissionStore, GateEntry, Released
+from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
@@ -38,7 +40,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, SweepSchedule, Waits):
+class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -79,7 +81,8 @@ class RedisStore(FeedReads, SweepSchedule, Waits):
     # -- create and read -------------------------------------------------------
     def create(self, new: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
                ttl_ms: int, sweep_in_ms: int, request_id: str | None = None,
-               push: ListPush | None = None) -> tuple[int | None, str | None]:
+               push: ListPush | None = None, gate: GateEntry | None = None,
+               released: Released | None = None) -> tuple[int | None, str | None]:
         """Write a new job, index it for its owner and the sweeper, in one round trip.
 
         Returns (createdAt in ms, None) when created: the time is Redis's, and the script sets `created`
@@ -89,8 +92,9 @@ class RedisStore(FeedReads, SweepSchedule, Waits):
         by Redis's clock to the microsecond, so one client's quick submissions list in the order made.
         `push` (the enqueue, when the broker is this Redis) rides in the same round trip: with an
         idempotency key, it is pushed only if the key is this request's, so a job that lost the key is
-        never enqueued. On a single Redis all of it is one script (`submit.lua`); a Redis Cluster, which is
-        never the broker, runs one script per slot.
+        never enqueued. On a single Redis all of it is one script (`submit.lua`), the gate's admission
+        (`gate`; what it released is added to `released`) included; a Redis Cluster, which is never the
+        broker, runs one script per slot, and its caller admits the job to the gate afterwards.
         """
         rid = request_id or new_request_id()
         # The script reads the state from the first pair.
@@ -99,16 +103,23 @@ class RedisStore(FeedReads, SweepSchedule, Waits):
         index, sweep = self.keys.owner_index(owner), self.keys.sweep()
         idem = None if idem_key is None else self.keys.idempotency(owner, idem_key)
 
+        if gate is not None and push is not None:
+            raise ValueError("with the gate, the push rides in the gate's call")
+        gpush = gate.call.push if gate is not None else None
+
         def build(p: Any) -> None:
             if self.single:
                 keys = [*job_keys, index, sweep, *([idem] if idem else []),
-                        *([push.queue, push.counter] if push else [])]
+                        *([push.queue, push.counter] if push else []), *(gpush[:2] if gpush else []),
+                        *(gate.call.keys if gate else [])]
+                message = push.item if push else ("1" if gpush else "")
+                counter_ttl = gpush[2] if gpush else (
+                    "" if push is None or push.counter_ttl_ms is None else push.counter_ttl_ms)
+                gate_args = [gate.info, gate.delay, *gate.call.head()[:2]] if gate else ["", "", "", ""]
                 self._eval(p, "submit", keys, job_id, self.max_ttl_ms, idem_value if idem else "", sweep_in_ms,
-                           push.item if push else "",
-                           "" if push is None or push.counter_ttl_ms is None else push.counter_ttl_ms,
-                           rid, ttl_ms, *pairs)
+                           message, counter_ttl, *gate_args, rid, ttl_ms, *pairs)
             else:
-                assert push is None, "a Redis Cluster is never the broker"
+                assert push is None and gate is None, "a Redis Cluster is never the broker; its gate call is apart"
                 self._eval(p, "create", job_keys, rid, ttl_ms, *pairs)
                 self._eval(p, "owner_index", [index, *([idem] if idem else [])], job_id, self.max_ttl_ms, idem_value,
                            ttl_ms, self.max_ttl_ms)
@@ -117,7 +128,9 @@ class RedisStore(FeedReads, SweepSchedule, Waits):
                 p.execute_command("WAIT", *self.replicas)
 
         reply = self._run(build)
-        created, existing = reply[0] if self.single else reply[:2]
+        created, existing = reply[0][:2] if self.single else reply[:2]
+        if released is not None and self.single:
+            released.extend(gate_pairs(reply[0][2:]))
         if self.replicas[0] and int(reply[-1]) < self.replicas[0]:
             # Not on enough replicas to survive a failover: never handed out. Its message, if it was
             # enqueued, then finds no job; a retry with the same idempotency key submits afresh.

@@ -46,6 +46,10 @@ class _SystemKey:
         return lambda: f"{keys.prefix}:{self.part}"
 
 
+#: The dispatch gate's keys, in the order its scripts take them (see `Keys.gate`).
+GATE_PARTS = ("jobs", "ring", "turns", "flight", "delayed", "workers", "slots", "ready", "conc")
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str
@@ -114,6 +118,28 @@ class Keys:
     #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")
+
+    # -- the dispatch gate, one per broker queue (one hash tag: one Redis Cluster slot; `store.admission`) ---
+    def gate(self, queue: str, part: str) -> str:
+        """A key of the dispatch gate of the broker queue `queue` (`scripts/lib/gate.lua`), one tag for all:
+        `jobs` (hash: job id -> what the gate knows of it), `ring` (sorted set: owners with held jobs -> their
+        turn), `turns` (hash: counters), `flight` (sorted set: jobs whose message went to the broker -> when),
+        `delayed` (sorted set: job id -> when due), `workers` (sorted set: worker -> until when its slots count),
+        `slots` (hash: worker -> slots), `ready` (sorted set of held jobs, by owner, priority, sequence), `conc`
+        (hash: concurrency value -> jobs in flight). Each expires at the TTL ceiling, renewed by every write."""
+        return f"{self.prefix}:{{gate:{queue}}}:{part}"
+
+    def gate_keys(self, queue: str) -> list[str]:
+        """The gate's keys, in the order its scripts expect them."""
+        return [self.gate(queue, p) for p in GATE_PARTS]
+
+    def gate_owner(self, owner: str) -> str:
+        """An owner's name in the gate."""
+        return _digest(owner, 12)
+
+    def gate_concurrency(self, operation: str, value: str) -> str:
+        """A concurrency value's name in the gate."""
+        return _digest(f"{operation}\0{value}", 12)
 
     def queue_pushes(self, queue: str) -> str:
         """How many job messages were ever pushed to the broker list `queue` (a counter, in the broker's

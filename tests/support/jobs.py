@@ -12,7 +12,7 @@ from typing import Any
 
 from marshmallow import Schema, fields
 
-from tasks_backend import ChildFailed, JobContext, job
+from tasks_backend import ChildFailed, Concurrency, JobContext, job
 
 
 class Transient(Exception):
@@ -269,3 +269,35 @@ def parent(ctx: JobContext, ledger: str, children: int, gate: str | None, fail: 
         if not catch:
             raise
         return {"failed": exc.child_id, "state": exc.state, "error": exc.error}
+
+
+class MarkParams(Schema):
+    ledger = fields.String(required=True)
+    tag = fields.String(load_default="")
+    customer_id = fields.String(load_default="")
+    hold = fields.String(load_default=None, allow_none=True)
+    seconds = fields.Float(load_default=0.0)
+
+
+def _marked(ctx: JobContext, ledger: str, tag: str, hold: str | None, seconds: float) -> dict[str, Any]:
+    _append(ledger, {"event": "start", "tag": tag, "t": time.time()})
+    end = time.monotonic() + seconds
+    while (hold and not Path(hold).exists()) or time.monotonic() < end:
+        ctx.sleep(0.005)
+    _append(ledger, {"event": "end", "tag": tag, "t": time.time()})
+    return {"tag": tag}
+
+
+@job("test.mark", params=MarkParams, ttl=600, poll_interval=0.1)
+def mark(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str | None,
+         seconds: float) -> dict[str, Any]:
+    """Writes when it starts and ends; runs `seconds`, and until the file `hold` exists."""
+    return _marked(ctx, ledger, tag, hold, seconds)
+
+
+@job("test.limited", params=MarkParams, ttl=600, poll_interval=0.1,
+     concurrency=Concurrency(max=2, key="customer_id"))
+def limited(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str | None,
+            seconds: float) -> dict[str, Any]:
+    """`test.mark`, at most two at once per customer."""
+    return _marked(ctx, ledger, tag, hold, seconds)

@@ -1,30 +1,42 @@
 -- KEYS: job, feed, owner index, sweep schedule, then the idempotency key if ARGV[3] is not '', then the queue and
---       the push counter if ARGV[5] is not ''.
+--       the push counter if ARGV[5] is not '', then the gate's keys (`Keys.gate_keys`) if ARGV[7] is not ''.
 -- ARGV: job id, max ttl ms (the owner index's and the schedule's ttl, and how far back the index keeps jobs), idem
---       value ('' = no key), sweep delay ms, message to push ('' = none), push counter ttl ms ('' = leave it),
---       request id, job ttl ms, then the record's pairs.
+--       value ('' = no key), sweep delay ms, message to push ('' = none; with the gate, any other value says the
+--       queue is given and the message is in the info), push counter ttl ms ('' = leave it), the job's gate info
+--       as JSON ('' = no gate: the message is pushed as it is), delay (ms from now, or '@' and Redis ms), fallback
+--       slots, fair shares ('1'/'0'), request id, job ttl ms, then the record's pairs.
 -- The whole submit on a single Redis (see lib/create_job.lua): calling a script costs Redis more than the commands
--- in it, and this is the hot path of every submit; a Redis Cluster runs create, owner_index and schedule instead,
--- one slot each.
--- Returns {createdAt, nil} when made; {createdAt, the value the key holds} when another request holds the
+-- in it, and this is the hot path of every submit; a Redis Cluster runs create, owner_index, schedule and
+-- gate.admit instead, one slot each.
+-- Returns {createdAt, nil, released pairs...} when made (the pairs: jobs the gate released, for the caller to
+-- publish when no queue was given); {createdAt, the value the key holds} when another request holds the
 -- idempotency key (the job is made but neither indexed nor enqueued: the caller discards it); {nil, nil} if the id
 -- was taken.
--- Applied twice it answers the same and pushes twice; a second message for one job is refused by the claim's
--- fencing.
--- Uses: create_job index_owner schedule
+-- Applied twice it answers the same; without the gate it pushes twice (a second message for one job is refused by
+-- the claim's fencing), with it the gate finds the job admitted already.
+-- Uses: create_job index_owner schedule gate
 
 local t = redis.call('TIME')
-local created = create_job(7, t)
+local created = create_job(11, t)
 if not created then return {false, false} end
 local k = 5
 local idem
 if ARGV[3] ~= '' then idem = k; k = k + 1 end
-local held = index_owner(3, idem, ARGV[1], ARGV[2], ARGV[3], ARGV[8], ARGV[2], t)
+local held = index_owner(3, idem, ARGV[1], ARGV[2], ARGV[3], ARGV[12], ARGV[2], t)
 if held then return {created, held} end
 schedule(4, ARGV[2], {ARGV[4], ARGV[1]}, t)
-if ARGV[5] ~= '' then
-  redis.call('LPUSH', KEYS[k], ARGV[5])
-  redis.call('INCR', KEYS[k + 1])
-  if ARGV[6] ~= '' then redis.call('PEXPIRE', KEYS[k + 1], ARGV[6]) end
+local q
+if ARGV[5] ~= '' then q = k; k = k + 2 end
+if ARGV[7] ~= '' then
+  local now = clock(t)
+  local out = {}
+  gate_admit(k, q, ARGV[6], ARGV[1], cjson.decode(ARGV[7]), gate_delay(ARGV[8], now), now,
+    gate_cap(k, now, ARGV[9], ARGV[10]), tonumber(ARGV[2]), out)
+  return {created, false, unpack(out)}
+end
+if q then
+  redis.call('LPUSH', KEYS[q], ARGV[5])
+  redis.call('INCR', KEYS[q + 1])
+  if ARGV[6] ~= '' then redis.call('PEXPIRE', KEYS[q + 1], ARGV[6]) end
 end
 return {created, false}

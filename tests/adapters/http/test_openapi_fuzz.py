@@ -17,6 +17,7 @@ import pytest
 from werkzeug.serving import make_server
 
 from adapters.app import create_app
+from adapters.http import jobs
 from tasks_backend.devtools.embedded import free_port
 from tests.conftest import make_settings
 
@@ -30,9 +31,14 @@ def fuzz_url(redis_base: str) -> Iterator[str]:
     settings = make_settings(redis_base, sse_max_s=0.5, public_url=f"http://127.0.0.1:{port}")
     server = make_server("127.0.0.1", port, create_app(settings), threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    # And a stream's wait for a change as short: no worker runs the jobs the phase makes, whose streams would
+    # otherwise each wait the whole block (10 s) for a change that never comes.
+    patch = pytest.MonkeyPatch()
+    patch.setattr(jobs, "STREAM_BLOCK_MS", 500)
     try:
         yield settings.public_url
     finally:
+        patch.undo()
         server.shutdown()
 
 

@@ -72,7 +72,9 @@ def _inline_service(settings: Settings) -> tuple[JobService, redis.Redis, str]:
     """The store and the broker on one Redis (the broker's, when the suite's store is a cluster, which cannot
     be a broker), without the limits (whose own round trips are not what is counted here)."""
     queue = f"inline-{secrets.token_hex(3)}"
-    runtime = build_runtime(settings.with_(queue=queue, redis_url=settings.effective_broker_url, broker_url=None))
+    # Keys of its own too: the dispatch gate of the suite's keys counts the suite worker's jobs in flight.
+    runtime = build_runtime(settings.with_(queue=queue, key_prefix=queue, redis_url=settings.effective_broker_url,
+                                           broker_url=None))
     assert isinstance(runtime.dispatcher, RedisDispatcher) and runtime.dispatcher.shares_store
     service = JobService(runtime.store, runtime.registry, runtime.dispatcher, runtime.settings)
     service.submit("alice", "test.noop", {})  # loads the scripts

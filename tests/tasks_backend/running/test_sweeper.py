@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +124,9 @@ def test_a_lone_job_whose_message_was_removed_is_republished(runtime: Runtime) -
 
 def test_one_pass_looks_at_every_job_that_is_due(runtime: Runtime) -> None:
     """Thousands of running jobs each need one look per lease period: a pass drains what is due."""
-    # More unfinished jobs than one principal may hold by default: this is about the sweeper, not the quota.
-    rt = own_runtime(runtime, queued_grace_s=600.0, max_active_jobs=0)
+    # More unfinished jobs than one principal may hold by default: this is about the sweeper, not the quota (nor
+    # the dispatch gate, which would hold most of them).
+    rt = own_runtime(runtime, queued_grace_s=600.0, max_active_jobs=0, fair_shares=False)
     count = 2500
     jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(count)]
     rt.store.redis.zadd(rt.store.keys.sweep(), dict.fromkeys(jobs, 0))
@@ -132,3 +134,32 @@ def test_one_pass_looks_at_every_job_that_is_due(runtime: Runtime) -> None:
     assert counts == {"later": count}
     assert rt.store.redis.zcount(rt.store.keys.sweep(), "-inf", 1) == 0
     broker_of(rt).delete(rt.settings.queue)
+
+
+def test_jobs_the_dispatch_gate_holds_are_not_republished(runtime: Runtime) -> None:
+    """Held jobs wait their turn in Redis: no message of theirs was ever sent, so none is lost."""
+    rt = own_runtime(runtime, queued_grace_s=0.05, dispatch_slots=1)
+    jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(3)]
+    broker = broker_of(rt)
+    assert broker.llen(rt.settings.queue) == 1  # one slot: one job sent, two held
+    rt.store.redis.zadd(rt.store.keys.sweep(), dict.fromkeys(jobs, 0))
+    counts = rt.sweeper().sweep_once()
+    assert counts.get("waiting", 0) >= 2 and counts.get("republish", 0) == 0
+    assert broker.llen(rt.settings.queue) == 1
+    broker.delete(rt.settings.queue)
+
+
+def test_the_sweeper_wakes_for_a_delayed_job_between_its_sweeps(runtime: Runtime) -> None:
+    rt = own_runtime(runtime, sweep_interval_s=30.0)
+    rt.service.submit(ALICE, "test.noop", {}, delay_ms=300)
+    broker = broker_of(rt)
+    stop = threading.Event()
+    sweeper = threading.Thread(target=rt.sweeper().run_forever, args=(stop,), daemon=True)
+    sweeper.start()
+    try:
+        assert broker.llen(rt.settings.queue) == 0
+        wait_until(lambda: broker.llen(rt.settings.queue) == 1, timeout=2)
+    finally:
+        stop.set()
+        sweeper.join(5)
+        broker.delete(rt.settings.queue)

@@ -11,6 +11,7 @@ them per node); one command, one script and one MULTI/EXEC may not. The cluster 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import uuid
@@ -27,6 +28,7 @@ from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.push.subscriptions import Cursor, PushStore
 from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.admission import GateCall
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
@@ -132,6 +134,16 @@ def one_life(runtime: Runtime) -> None:
                      ttl_ms=600_000, sweep_in_ms=60_000, push=push)
         assert store.redis.rpop(queue) == "message"
         store.transition(third, JobState.FAILED, owner=owner, change=Change(error_json="{}"))
+
+    gate = GateCall(fallback_slots=4, fair=True, ttl_ms=600_000, keys=tuple(keys.gate_keys("slots")))
+    fourth = str(uuid.uuid4())
+    info = json.dumps({"o": keys.gate_owner(owner), "p": 5, "c": keys.gate_concurrency("test.noop", ""), "m": 1,
+                       "x": "test.noop"})
+    store.gate_admit(gate, fourth, info, "0")
+    store.gate_admit(gate, fourth, "", "0", leave_first=True)
+    store.gate_leave(gate, [fourth], final=True)
+    store.gate_tick(gate, "w", 2, 30_000)
+    store.gate_where(gate, [fourth])
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip

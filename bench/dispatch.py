@@ -1,0 +1,57 @@
+"""The dispatch gate's cost: a submit with a priority and fair shares on against bare `apply_async`, and the
+runner with fair shares on against the same runner with them off (`TASKS_BACKEND_FAIR_SHARES=0`)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING
+
+from tasks_backend.config import Settings
+from tasks_backend.service.runtime import build_runtime
+
+from .load import Load
+from .measures import Row, drain_rate, fixed, median, paired, warm
+
+if TYPE_CHECKING:
+    from .run import Bench
+
+
+def measure(bench: Bench) -> None:
+    body = json.dumps({"operation": "bench.noop", "params": {}, "priority": 7})
+    ours = Load(bench.url["product"], method="POST", path="/v1/jobs", body=body,
+                headers={**bench.auth(), "Content-Type": "application/json"})
+    theirs = Load(bench.url["baseline"], method="POST", path="/jobs")
+    warm(bench.plan, ours, theirs)
+    bench.rows.append(paired("submit POST /v1/jobs with a priority, fair shares on", "req/s",
+                             ">= 1.2x bare apply_async route", 1.2, bench.plan, fixed(ours, bench.plan),
+                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues))
+    bench.purge_queues()
+    runner(bench)
+
+
+def runner(bench: Bench) -> None:
+    """No-op jobs drained by a fresh worker (prefork -c 2), with fair shares on and off, alternating."""
+    n = bench.plan.runner_jobs
+    off = build_runtime(Settings.from_env({**bench.product_env, "TASKS_BACKEND_FAIR_SHARES": "0"}))
+    services = {"product-worker": bench.runtime.service, "product-worker-fair-off": off.service}
+    rates: dict[str, list[float]] = {name: [] for name in services}
+    queue, db = bench.runtime.settings.queue, bench.db0
+    for rep in range(bench.plan.runner_reps):
+        order = list(services) if rep % 2 == 0 else list(reversed(services))
+        for worker in order:
+            for _ in range(n):
+                services[worker].submit("bench", "bench.noop", {}, priority=5)
+            rate, _ = drain_rate(functools.partial(bench.queue_length, db, queue), n,
+                                 functools.partial(bench.up, worker))
+            rates[worker].append(rate)
+            bench.wait_empty(db, queue)
+            bench.down(worker)
+    on, fair_off = rates["product-worker"], rates["product-worker-fair-off"]
+    ratios = [a / b for a, b in zip(on, fair_off, strict=True)]
+    bench.rows.append(Row("no-op jobs through the runner, fair shares on vs off", "jobs/s",
+                          ">= 0.95x the runner with fair shares off", median(on), median(fair_off), median(ratios),
+                          median(ratios) >= 0.95, samples={"on": on, "off": fair_off, "ratio": ratios}))
+
+
+

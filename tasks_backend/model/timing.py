@@ -1,0 +1,83 @@
+"""When a job may start and how it ranks: `runAt`, `delayMs` and `priority` as every protocol takes them.
+
+Rule: pure checks; a bad value is an `InvalidParams` that names the field by its wire name.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidParams
+from .domain import DEFAULT_PRIORITY
+
+#: The wire names, in every protocol (HTTP body fields, MCP `_meta` and A2A message `metadata` keys).
+RUN_AT, DELAY_MS, PRIORITY = "runAt", "delayMs", "priority"
+MIN_PRIORITY, MAX_PRIORITY = 0, 9
+
+
+def _bad(name: str, message: str) -> InvalidParams:
+    return InvalidParams(f"`{name}`: {message}", extra={"errors": {name: [message]}})
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A submit's start time (absolute ms, or ms from now) and priority; None: not given."""
+
+    run_at_ms: int | None = None
+    delay_ms: int | None = None
+    priority: int | None = None
+
+    def check(self, ttl_ms: int, now_ms: int) -> None:
+        """Refuse both a time and a delay, a priority out of range, and a start the job's TTL does not reach."""
+        if self.run_at_ms is not None and self.delay_ms is not None:
+            raise _bad(DELAY_MS, f"give `{RUN_AT}` or `{DELAY_MS}`, not both.")
+        if self.delay_ms is not None and (isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int)
+                                          or self.delay_ms < 0):
+            raise _bad(DELAY_MS, "must be an integer of 0 or more (milliseconds).")
+        if self.priority is not None and (isinstance(self.priority, bool) or not isinstance(self.priority, int)
+                                          or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY):
+            raise _bad(PRIORITY, f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}.")
+        if self.delay_ms is not None and self.delay_ms >= ttl_ms:
+            raise _bad(DELAY_MS, f"the job would start after its retention ({ttl_ms} ms) ends.")
+        if self.run_at_ms is not None and self.run_at_ms - now_ms >= ttl_ms:
+            raise _bad(RUN_AT, f"the job would start after its retention ({ttl_ms} ms) ends.")
+
+    @property
+    def rank(self) -> int:
+        return DEFAULT_PRIORITY if self.priority is None else self.priority
+
+
+def parse_run_at(value: Any, name: str = RUN_AT) -> int | None:
+    """An RFC 3339 time (with a zone offset or `Z`) as ms since the epoch; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _bad(name, "must be an RFC 3339 time such as 2026-01-01T12:00:00Z.")
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise _bad(name, "must be an RFC 3339 time such as 2026-01-01T12:00:00Z.") from None
+    if parsed.tzinfo is None or "T" not in value.upper():
+        raise _bad(name, "must be an RFC 3339 time with its offset, such as 2026-01-01T12:00:00Z.")
+    return int(parsed.timestamp() * 1000)
+
+
+def _whole(value: Any, name: str, what: str) -> int | None:
+    """JSON numbers: 2.0 is the integer 2 (A2A's protobuf numbers are all doubles), 2.5 and "2" are refused."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, what)
+    return value
+
+
+def from_wire(fields: dict[str, Any], names: tuple[str, str, str] = (RUN_AT, DELAY_MS, PRIORITY)) -> Timing:
+    """The timing a request's fields carry, under `names` (runAt, delayMs, priority), each checked for its type."""
+    run_at, delay, priority = names
+    return Timing(parse_run_at(fields.get(run_at), run_at),
+                  _whole(fields.get(delay), delay, "must be an integer of 0 or more (milliseconds)."),
+                  _whole(fields.get(priority), priority, f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}."))

@@ -1,0 +1,192 @@
+"""Admission: the one way a job becomes runnable, through the dispatch gate (`store/scripts/lib/gate.lua`).
+
+Every path that makes a job runnable goes through here: a submit (`entry`, in the submit's own round trip on a
+single Redis; `admit` after it on a Cluster), an answered question or a wake (`resume`), a retry or a hand-back
+(`requeue`), a run that ended (`after_run`, which lets held jobs into the room it made), and the pump (`tick`:
+delayed jobs now due, a worker that starts). The gate holds a job in Redis, before the broker, while as many
+jobs are in flight as the workers have slots (fair shares), until its time (a delay), or while its concurrency
+value is full; it releases held jobs owner by owner in turn, each owner's by priority, then submission order.
+Both brokers see the same order. Rule: released jobs are published here when the gate could not push them in
+its own script (the broker is not the store's Redis); a publish lost in a crash is the sweeper's to redo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import Settings
+from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
+from ..model.domain import JobRecord, JobState
+from ..model.timing import Timing
+from ..store.admission import GateCall, GateEntry, Released
+from ..store.jobs import RedisStore
+from ..store.outcomes import Claimed
+from .dispatch import Dispatcher, RedisDispatcher
+
+log = logging.getLogger(__name__)
+
+#: How long a worker's published slots count without being published again, and how often it publishes them.
+SLOTS_TTL_S, SLOTS_EVERY_S = 30.0, 10.0
+#: The longest a pump loop sleeps (a delayed job due sooner wakes it then).
+TICK_MAX_S = 1.0
+#: Run outcomes after which the gate forgets the job, and after which it keeps what it knew (a later admission).
+FINAL = frozenset({"completed", "failed", "cancelled", "missing", Claimed.TERMINAL, Claimed.EXHAUSTED})
+PAUSED = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value, Claimed.PARKED})
+
+
+def concurrency_of(spec: Any, operation: str, params: dict[str, Any]) -> tuple[str, int] | None:
+    """(the concurrency value, its max) of a job of `spec` with `params`, or None when the operation has no limit."""
+    limit = getattr(spec, "concurrency", None)
+    if limit is None:
+        return None
+    value = "" if limit.key is None else json.dumps(params.get(limit.key), sort_keys=True)
+    return value, int(limit.max)
+
+
+class DispatchGate:
+    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings) -> None:
+        self.store, self.dispatcher, self.settings = store, dispatcher, settings
+        self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
+        self._scan = 0  # where `prune` goes on through the gate's jobs
+
+    def call(self) -> GateCall:
+        push = None
+        if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
+            ttl = self.dispatcher.counter_ttl_due()
+            push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl))
+        return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
+                        tuple(self.store.keys.gate_keys(self.settings.queue)), push)
+
+    def entry(self, job_id: str, owner: str, operation: str, spec: Any, params: dict[str, Any],
+              timing: Timing) -> GateEntry | None:
+        """A new job's admission, to ride in its submit; None when it needs none (fair shares off, no delay, no
+        concurrency limit: the message goes straight to the broker)."""
+        limit = concurrency_of(spec, operation, params)
+        delay = (f"@{timing.run_at_ms}" if timing.run_at_ms is not None else str(timing.delay_ms or 0))
+        if not self.settings.fair_shares and limit is None and delay in ("0", "@0"):
+            return None
+        keys = self.store.keys
+        message = self.dispatcher.message(job_id, operation) if isinstance(self.dispatcher, RedisDispatcher) and \
+            self.inline else operation
+        info: dict[str, Any] = {"o": keys.gate_owner(owner), "p": timing.rank, "c": "", "m": 0, "x": message}
+        if limit is not None:
+            info.update(c=keys.gate_concurrency(operation, limit[0]), m=limit[1])
+        return GateEntry(self.call(), json.dumps(info, separators=(",", ":")), delay)
+
+    # -- the paths that make a job runnable --------------------------------------------------------
+    def admit(self, job_id: str, entry: GateEntry) -> None:
+        """A new job, admitted after its submit's round trip (a Redis Cluster)."""
+        _, released = self.store.gate_admit(entry.call, job_id, entry.info, entry.delay)
+        self.publish(released)
+
+    def resume(self, job_id: str, operation: str) -> None:
+        """A job queued again after it waited (an answered question, a sleep's time, its children finished): held
+        in its old place, or published as it is when the gate never knew it. Unpublished (the broker or Redis
+        down), it is left to the sweep entry its move to `queued` wrote."""
+        try:
+            known, released = self.store.gate_admit(self.call(), job_id, "", "0")
+        except StoreUnavailable:
+            log.warning("job %s resumed but not admitted: the sweeper publishes it", job_id)
+            return
+        self.publish(released)
+        if known:
+            return
+        try:
+            self.dispatcher.publish(job_id, operation)
+        except DispatchUnavailable:
+            with contextlib.suppress(StoreUnavailable):
+                self.store.schedule_sweep(job_id, 0)
+
+    def requeue(self, record: JobRecord, delay_s: float = 0.0) -> None:
+        """A run that goes back to the queue (a retry after `delay_s`, a hand-back) leaves flight and is admitted
+        again. Raises `DispatchUnavailable` when it could not be passed on (its sweep entry covers it)."""
+        try:
+            known, released = self.store.gate_admit(self.call(), record.id, "", str(int(delay_s * 1000)),
+                                                    leave_first=True)
+        except StoreUnavailable as exc:
+            raise DispatchUnavailable() from exc
+        self.publish(released)
+        if not known:
+            self.dispatcher.publish(record.id, record.operation, delay_s or None)
+
+    def after_run(self, job_id: str, outcome: str, record: JobRecord | None = None,
+                  lookup: Callable[[str], Any] | None = None) -> None:
+        """A worker is done with a job (or refused to start it): it leaves flight, and held jobs take its room.
+        With fair shares off, a job that had neither a time nor a concurrency limit never entered the gate."""
+        if record is not None and lookup is not None and not self.settings.fair_shares and record.run_at_ms is None:
+            try:
+                limited = getattr(lookup(record.operation), "concurrency", None) is not None
+            except TasksBackendError:
+                limited = False
+            if not limited:
+                return
+        if outcome in FINAL or outcome in PAUSED:
+            self.leave([job_id], final=outcome in FINAL)
+
+    def leave(self, job_ids: Sequence[str], *, final: bool) -> None:
+        try:
+            self.publish(self.store.gate_leave(self.call(), job_ids, final=final))
+        except StoreUnavailable:
+            log.warning("jobs %s left flight unrecorded: the sweeper will find them", list(job_ids))
+
+    def publish(self, released: Released) -> None:
+        """Publish what the gate released (when the broker is the store's Redis it pushed them itself)."""
+        for job_id, operation in released:
+            try:
+                self.dispatcher.publish(job_id, operation)
+            except DispatchUnavailable:
+                log.warning("job %s released but not published: the sweeper publishes it", job_id)
+
+    # -- the pump ---------------------------------------------------------------------------------
+    def tick(self, worker: str = "", slots: int = 0) -> float:
+        """Pump (and publish a worker's slots); returns the seconds until the next delayed job is due (at most
+        `TICK_MAX_S`)."""
+        now, due, released = self.store.gate_tick(self.call(), worker, slots, int(SLOTS_TTL_S * 1000))
+        self.publish(released)
+        return TICK_MAX_S if due is None else min(TICK_MAX_S, max(0.005, (due - now) / 1000))
+
+    def prune(self) -> int:
+        """Jobs in flight for a while that no run will report on (gone, finished or parked behind a run that was
+        lost) leave flight. Returns how many."""
+        call = self.call()
+        now, _, _ = self.store.gate_tick(call)
+        stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s))
+        # And a step through the rest: a parked job that expires unanswered never reports back.
+        self._scan, seen = self.store.gate_scan(call, self._scan)
+        stale += [job_id for job_id, where in seen if where == "x"]
+        states = self.store.states_of(stale)
+        done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (
+            JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)]
+        paused = [j for j, s in zip(stale, states, strict=True) if s is JobState.INPUT_REQUIRED]
+        self.leave(done, final=True)
+        self.leave(paused, final=False)
+        return len(done) + len(paused)
+
+    def run_forever(self, stop: threading.Event, worker: str = "", slots: int = 0) -> None:
+        """A worker's loop: publish its slots, pump when a delayed job is due (and at least every second), prune
+        now and then; on stop, take its slots back."""
+        last_slots = last_prune = -SLOTS_EVERY_S
+        wait = 0.0
+        while not stop.wait(wait):
+            now = time.monotonic()
+            publish = bool(worker) and now - last_slots >= SLOTS_EVERY_S
+            try:
+                wait = self.tick(worker if publish else "", slots)
+                last_slots = now if publish else last_slots
+                if now - last_prune >= SLOTS_EVERY_S:
+                    last_prune = now
+                    self.prune()
+            except TasksBackendError:
+                wait = TICK_MAX_S
+            except Exception:
+                log.exception("dispatch pump failed")
+                wait = TICK_MAX_S
+        if worker:
+            with contextlib.suppress(TasksBackendError):
+                self.tick(worker, 0)

@@ -1,0 +1,111 @@
+"""The dispatch gate's side of the job store: the scripts under `scripts/gate/` (see `scripts/lib/gate.lua`).
+
+Rule: part of the job store (`RedisStore` reaches the gate through `AdmissionStore`); every gate key is under
+one hash tag per broker queue (`{gate:<queue>}`), so each script runs in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .connect import redis_errors
+from .keys import GATE_PARTS, Keys
+from .runner import ScriptRunner
+
+#: (released job id, its message or operation) pairs, for the caller to publish.
+Released = list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class GateCall:
+    """What every gate script takes first: the worker slots assumed while none are published,
+    whether fair shares are on, the keys' TTL; and the broker queue and its push counter (with the counter's TTL to
+    renew, '' to leave it) when the broker is the store's Redis, so that releases are pushed in the script."""
+
+    fallback_slots: int
+    fair: bool
+    ttl_ms: int
+    #: The gate's keys (`Keys.gate_keys`: one gate per broker queue).
+    keys: tuple[str, ...]
+    push: tuple[str, str, str] | None = None
+
+    def head(self) -> list[Any]:
+        return [self.fallback_slots, "1" if self.fair else "0", self.ttl_ms,
+                self.push[2] if self.push else ""]
+
+    def all_keys(self) -> list[str]:
+        return [*self.keys, *(self.push[:2] if self.push else ())]
+
+    def key(self, part: str) -> str:
+        return self.keys[GATE_PARTS.index(part)]
+
+
+@dataclass(frozen=True)
+class GateEntry:
+    """A new job for the gate, in its submit's round trip: what the gate keeps of it (JSON), and its delay (ms from
+    now, or '@' and an absolute Redis time)."""
+
+    call: GateCall
+    info: str
+    delay: str
+
+
+def pairs(flat: Sequence[Any]) -> Released:
+    return [(str(flat[i]), str(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
+
+
+class AdmissionStore:
+    """The gate's scripts."""
+
+    redis: Any
+    keys: Keys
+    scripts: ScriptRunner
+
+    def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *,
+                   leave_first: bool = False) -> tuple[bool, Released]:
+        """Make a job runnable (info '': what the gate kept of it): (whether the gate knew the job, released)."""
+        reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay,
+                                  "1" if leave_first else "0")
+        return bool(int(reply[0])), pairs(reply[1:])
+
+    def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool) -> Released:
+        """Jobs whose runs ended leave flight; the room they made is filled. `final`: the gate forgets them."""
+        if not job_ids:
+            return []
+        return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), "1" if final else "0",
+                                       *job_ids))
+
+    def gate_tick(self, call: GateCall, worker: str = "", slots: int = 0,
+                  slots_ttl_ms: int = 0) -> tuple[int, int | None, Released]:
+        """Publish a worker's slots (0: it stops) and pump: (Redis now, next delayed job's due time, released)."""
+        reply = self.scripts.call("gate.tick", call.all_keys(), *call.head(), worker, slots, slots_ttl_ms)
+        return int(reply[0]), (int(float(reply[1])) if reply[1] not in ("", None) else None), pairs(reply[2:])
+
+    def gate_where(self, call: GateCall, job_ids: Sequence[str]) -> list[tuple[str | None, float | None]]:
+        """Each job's place in the gate (h held, d delayed, f in flight, x out; None: unknown) and, in flight, since
+        when (Redis ms). One round trip."""
+        if not job_ids:
+            return []
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hmget(call.key("jobs"), list(job_ids))
+            for job_id in job_ids:
+                pipe.zscore(call.key("flight"), job_id)
+            infos, *scores = pipe.execute()
+        return [(json.loads(i)["t"] if i else None, None if s is None else float(s)) for i, s in zip(infos, scores,
+                                                                                                     strict=True)]
+
+    def gate_scan(self, call: GateCall, cursor: int, count: int = 200) -> tuple[int, list[tuple[str, str]]]:
+        """A step through every job the gate knows: (next cursor, 0 when done; (job id, where) pairs)."""
+        with redis_errors():
+            cursor, found = self.redis.hscan(call.key("jobs"), cursor, count=count)
+        return int(cursor), [(str(k), str(json.loads(v).get("t"))) for k, v in found.items()]
+
+    def gate_in_flight(self, call: GateCall, before_ms: int, limit: int = 1000) -> list[str]:
+        """Jobs in flight since before `before_ms` (Redis ms)."""
+        with redis_errors():
+            return [str(x) for x in self.redis.zrangebyscore(call.key("flight"), "-inf", before_ms,
+                                                             start=0, num=limit)]

@@ -1,0 +1,16 @@
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue and its push counter when the broker is this Redis.
+-- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then '1' if the
+--       gate forgets the jobs (finished) or '0' (parked: a later admission reuses what it knew), then job ids.
+-- Jobs leave flight (their runs ended), and the pump releases held jobs into the room they made (lib/gate.lua).
+-- Returns {released id, message or operation, ...} for the caller to publish when no queue was given. Applied
+-- twice, the second finds nothing to take away.
+-- Uses: gate
+
+local now = clock()
+local ttl = tonumber(ARGV[3])
+local q = nil
+if #KEYS > 9 then q = 10 end
+for i = 6, #ARGV do gate_leave(1, ARGV[i], ARGV[5] == '1', ttl) end
+local out = {}
+gate_pump(1, q, ARGV[4], now, gate_cap(1, now, ARGV[1], ARGV[2]), ttl, out)
+return out
