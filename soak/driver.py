@@ -23,7 +23,8 @@ from .services import Receiver
 
 TERMINAL = {"completed", "failed", "cancelled"}
 #: The mix: kind -> weight.
-MIX = {"steps": 34, "ask": 12, "cancel_queued": 8, "cancel_running": 8, "fail": 8, "dup": 10, "push": 20}
+MIX = {"steps": 34, "ask": 12, "cancel_queued": 8, "cancel_running": 8, "fail": 8, "dup": 10, "push": 20,
+       "delayed": 3, "nap": 3, "parent": 3}
 RETRY_S = 30.0  # how long a client keeps retrying one call through 503s and dropped connections
 INTERNAL_ERROR = -32603  # JSON-RPC's answer while the store is unreachable (HTTP says 503)
 
@@ -42,6 +43,13 @@ class Tracked:
     error_type: str | None = None
     push_extra: str | None = None
     cancel_conflict: bool = False  # the cancel was answered 409 ("already terminal")
+    #: The recorded effects (step names) a completed job must have applied downstream.
+    effects: tuple[str, ...] = ()
+    delay_s: float = 0.0  # a delayed job's delay: its first effect may not arrive before `started` + this
+    sleep_s: float = 0.0  # a sleeping job's parked sleep, between its effects s0 and s1
+    parked: bool = False  # seen `suspended` in Redis while it slept
+    parent_id: str | None = None  # a child job: its parent
+    spawn: tuple[int, int] = (0, 0)  # a parent: how many children it spawns, with how many steps each
     notes: list[str] = field(default_factory=list)
 
 
@@ -116,8 +124,10 @@ class Driver:
         self.stop = threading.Event()
 
     # -- submitting --------------------------------------------------------------------------
-    def _submit(self, job: Tracked, operation: str, params: dict[str, Any]) -> str | None:
-        response = self.api.call("POST", "/v1/jobs", job.token, json={"operation": operation, "params": params},
+    def _submit(self, job: Tracked, operation: str, params: dict[str, Any],
+                extra: dict[str, Any] | None = None) -> str | None:
+        response = self.api.call("POST", "/v1/jobs", job.token,
+                                 json={"operation": operation, "params": params, **(extra or {})},
                                  headers={"Idempotency-Key": job.key})
         if response is None or response.status_code != 202:
             answer = "no answer" if response is None else f"{response.status_code} {response.text[:200]}"
@@ -161,9 +171,21 @@ class Driver:
         with self.lock:
             self.jobs.append(job)
         steps = {"steps": params_rng.randint(2, 4), "pause": round(params_rng.uniform(0.02, 0.15), 3)}
+        if kind in ("steps", "dup", "push", "delayed"):
+            job.effects = tuple(f"s{i}" for i in range(1 if kind == "dup" else int(steps["steps"])))
         if kind == "steps":
             self._accept(job, self._submit(job, "soak.steps", steps))
+        elif kind == "delayed":
+            job.delay_s = params_rng.randint(2000, 5000) / 1000
+            self._accept(job, self._submit(job, "soak.steps", steps, {"delayMs": int(job.delay_s * 1000)}))
+        elif kind == "nap":
+            job.sleep_s, job.effects = round(params_rng.uniform(5, 8), 2), ("s0", "s1")
+            self._accept(job, self._submit(job, "soak.nap", {"seconds": job.sleep_s}))
+        elif kind == "parent":
+            job.effects, job.spawn = ("after",), (params_rng.randint(2, 3), params_rng.randint(1, 2))
+            self._accept(job, self._submit(job, "soak.parent", {"children": job.spawn[0], "steps": job.spawn[1]}))
         elif kind == "ask":
+            job.effects = ("after",)  # the bot always approves
             self._accept(job, self._submit(job, "soak.ask", {}))
         elif kind == "fail":
             self._accept(job, self._submit(job, "soak.fail", {}))
@@ -271,6 +293,8 @@ class Driver:
         now = time.monotonic()
         left = 0
         for job, record in zip(open_jobs, records, strict=True):
+            if record is not None and record.state.value == "suspended" and job.kind == "nap":
+                job.parked = True
             if record is not None and record.state.value in TERMINAL:
                 job.final, job.final_at = record.state.value, now
                 job.error_type = (record.error or {}).get("type") if record.error else None

@@ -18,6 +18,7 @@ import httpx
 from marshmallow import Schema, fields, validate
 
 from tasks_backend import JobContext, job
+from tasks_backend.running.context import PARK_MIN_S
 
 TTL_S = 3600
 
@@ -48,8 +49,8 @@ def _downstream(body: dict[str, Any]) -> None:
             time.sleep(0.1)
 
 
-def _effect(ctx: JobContext, name: str) -> dict[str, Any]:
-    _ledger({"job": ctx.job_id, "step": name, "pid": os.getpid(), "attempt": ctx.attempt})
+def _effect(ctx: JobContext, name: str, **extra: Any) -> dict[str, Any]:
+    _ledger({"job": ctx.job_id, "step": name, "pid": os.getpid(), "attempt": ctx.attempt, **extra})
     _downstream({"job": ctx.job_id, "step": name, "key": ctx.idempotency_key(name)})
     return {"applied": name}
 
@@ -123,3 +124,39 @@ class ProbeParams(Schema):
 @job("soak.probe", params=ProbeParams, ttl=TTL_S, poll_interval=0.2, description="Completes at once (recovery probe)")
 def probe(ctx: JobContext) -> dict[str, Any]:
     return {"ok": True}
+
+
+class NapParams(Schema):
+    seconds = fields.Float(load_default=PARK_MIN_S, validate=validate.Range(min=PARK_MIN_S, max=60))
+
+
+@job("soak.nap", params=NapParams, ttl=TTL_S, poll_interval=0.5, description="An effect, a parked sleep, an effect")
+def nap(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    ctx.step("s0", lambda: _effect(ctx, "s0"))
+    ctx.sleep(seconds)  # >= PARK_MIN_S: the job parks, holding no worker, and replays from the top at the end
+    ctx.step("s1", lambda: _effect(ctx, "s1"))
+    return {"slept": seconds}
+
+
+class ParentParams(Schema):
+    children = fields.Integer(load_default=2, validate=validate.Range(min=1, max=10))
+    steps = fields.Integer(load_default=1, validate=validate.Range(min=1, max=5))
+
+
+@job("soak.parent", params=ParentParams, ttl=TTL_S, poll_interval=0.5,
+     description="Spawns children doing recorded effects, waits for them, returns their results")
+def parent(ctx: JobContext, children: int, steps: int) -> dict[str, Any]:
+    ids = [ctx.spawn("soak.steps", {"steps": steps, "pause": 0.05}) for _ in range(children)]
+    results = ctx.wait_for(ids)
+    ctx.step("after", lambda: _effect(ctx, "after"))
+    return {"children": ids, "results": results}
+
+
+class TickParams(Schema):
+    schedule = fields.String(required=True)
+
+
+@job("soak.tick", params=TickParams, ttl=TTL_S, poll_interval=0.5, description="One effect per tick of a schedule")
+def tick(ctx: JobContext, schedule: str) -> dict[str, Any]:
+    ctx.step("s0", lambda: _effect(ctx, "s0", schedule=schedule))
+    return {"schedule": schedule}

@@ -17,12 +17,13 @@ from .services import TERMINAL_A2A
 #: Figures that must be zero; the others are reported for what they show.
 MUST_BE_ZERO = ("not_accepted", "lost", "wrong_outcome", "wrong_409", "stuck", "downstream_twice",
                 "duplicate_jobs", "push_missed", "push_out_of_order", "server_errors", "stayed_down",
-                "not_recovered")
+                "not_recovered", "effect_missing", "too_early", "tick_twice", "tick_missed", "family_wrong")
 COLUMNS = (("not_accepted", "refused"), ("lost", "lost"), ("wrong_outcome", "wrong end"),
            ("wrong_409", "wrong 409"), ("stuck", "stuck"), ("downstream_twice", "dwnstr 2x"),
            ("ledger_twice", "ledger 2x*"), ("duplicate_jobs", "dup jobs"), ("push_missed", "push miss"),
            ("push_out_of_order", "push order"), ("server_errors", "5xx"), ("stayed_down", "down"),
-           ("not_recovered", "no recov"))
+           ("not_recovered", "no recov"), ("effect_missing", "no effect"), ("too_early", "too early"),
+           ("tick_twice", "tick 2x"), ("tick_missed", "tick miss"), ("family_wrong", "children"))
 A2A_FINAL = {"completed": "TASK_STATE_COMPLETED", "failed": "TASK_STATE_FAILED", "cancelled": "TASK_STATE_CANCELED"}
 
 

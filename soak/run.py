@@ -21,11 +21,12 @@ from tasks_backend.store.connect import connect
 from tasks_backend.store.jobs import RedisStore
 from tasks_backend.store.keys import Keys
 
-from . import report
+from . import checks, report
 from .driver import RETRY_S, TERMINAL, Api, Driver
 from .faults import Fault, Injector, schedule
 from .services import Downstream, Malformed, Receiver, dead_url
 from .system import ROOT, System, faketime_library
+from .ticks import Schedules
 
 PREFIX = "soak"
 LEASE_S = 6.0
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         if first is None:
             raise RuntimeError(f"the system does not run jobs before any fault; see {run_dir}")
         driver = Driver(api, token_list, seed, healthy=healthy, others=others)
+        schedules = Schedules(api, token_list[0], next(iter(tokens)), store)
+        schedules.create()
         probes: list[threading.Thread] = []
 
         def after_fault(fault: Fault) -> None:
@@ -183,22 +186,37 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=driver.watch, args=(store,), daemon=True).start()
         driver.drive(plan.jobs, plan.drive_s)
         injector.done.wait()
+        schedules.pause()  # ticking ran through every fault; what it made drains with the rest
+        schedules.track(driver)
         drive_end = time.monotonic()
         print(f"  [{drive_end - t0:7.1f}s] all jobs started, all faults injected; draining "
               f"(bound {plan.drain_s:.0f}s)", flush=True)
         deadline = drive_end + plan.drain_s
+        last: list[str] = []
         while time.monotonic() < deadline:
             left = driver.observe(store)
             missing = push_missing(driver, healthy)
             if not left and not missing:
                 break
+            last = sorted({j.kind for j in driver.jobs if j.id and j.final is None} | ({"push"} if missing else set()))
             time.sleep(0.5)
+        print(f"  [{time.monotonic() - t0:7.1f}s] drained (the last to end: {', '.join(last) or '-'})", flush=True)
         for thread in probes:
             thread.join(plan.probe_s + 5)
         time.sleep(1.0)  # let a process that died in the last moments be seen
+        settle = time.monotonic() + 30  # one restarted by the last fault may still be starting its pool
+        while system.processes_down() and time.monotonic() < settle:
+            time.sleep(0.5)
         driver.stop.set()
-        findings = check(driver, api, system, store, faults, healthy, downstream, run_dir, t0)
-        extra = [f"http: {api.unavailable} answers 503 with Retry-After or JSON-RPC -32603 (retried), "
+        schedules.track(driver)  # a tick made late, after the pause
+        driver.observe(store)
+        blame = report.Attribution(faults, settle_s=2 * LEASE_S)
+        findings = report.Findings()
+        kinds = checks.family(driver, api, findings, blame, t0)  # adds the children to the jobs checked
+        findings = check(driver, api, system, store, faults, healthy, downstream, run_dir, t0, findings)
+        kinds += checks.timing(driver, downstream, findings, blame, t0)
+        kinds += schedules.check(findings, faults, run_dir / "ledger.jsonl", blame)
+        extra = [*kinds, f"http: {api.unavailable} answers 503 with Retry-After or JSON-RPC -32603 (retried), "
                  f"{api.throttled} 429, "
                  f"{api.transport_errors} dropped connections or timeouts (retried); "
                  f"downstream deduplicated {downstream.repeats} repeated keys",
@@ -236,8 +254,7 @@ def push_missing(driver: Driver, healthy: Receiver) -> list[str]:
 
 
 def check(driver: Driver, api: Api, system: System, store: RedisStore, faults: list[Fault], healthy: Receiver,
-          downstream: Downstream, run_dir: Path, t0: float) -> report.Findings:
-    findings = report.Findings()
+          downstream: Downstream, run_dir: Path, t0: float, findings: report.Findings) -> report.Findings:
     blame = report.Attribution(faults, settle_s=2 * LEASE_S)
     bound_end = time.monotonic()
     ledger = report.ledger_counts(run_dir / "ledger.jsonl")

@@ -59,19 +59,29 @@ class Downstream(_Server):
         self.lock = threading.Lock()
         self.keys_by_effect: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.repeats = 0  # the same key again: deduplicated, as designed (a replayed step)
+        #: When the harness first received each effect (monotonic): the harness's clock, which no fault skews.
+        self.first_at: dict[tuple[str, str], float] = {}
 
         class Handler(_Quiet):
             def do_POST(self) -> None:
                 body = self._body()
                 owner: Downstream = self.server.owner  # type: ignore[attr-defined]
+                now = time.monotonic()
                 with owner.lock:
-                    keys = owner.keys_by_effect[(str(body["job"]), str(body["step"]))]
+                    effect = (str(body["job"]), str(body["step"]))
+                    owner.first_at.setdefault(effect, now)
+                    keys = owner.keys_by_effect[effect]
                     if body["key"] in keys:
                         owner.repeats += 1
                     keys.add(str(body["key"]))
                 self._answer()
 
         super().__init__(Handler, host)
+
+    def first(self, job: str, step: str) -> float | None:
+        """When the effect `step` of `job` first arrived (monotonic), None if it never did."""
+        with self.lock:
+            return self.first_at.get((job, step))
 
     def applied_twice(self) -> dict[str, int]:
         """Per job, effects applied under more than one key."""
