@@ -11,31 +11,26 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from ..model.schedules import ScheduleSpec
 
 
 @dataclass(frozen=True)
 class DeclaredSchedule:
-    name: str
-    operation: str
+    """A schedule as a job module declares it: what `POST /v1/schedules` would define, and for whom."""
+
     owner: str
-    params: dict[str, Any] = field(default_factory=dict)
-    cron: str | None = None
-    every: int | None = None
-    timezone: str = "UTC"
-    catch_up: str = "latest"
-    priority: int = 5
+    spec: ScheduleSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     def body(self) -> dict[str, Any]:
-        """The declaration as the body of `POST /v1/schedules`."""
-        out: dict[str, Any] = {"name": self.name, "operation": self.operation, "params": self.params,
-                               "timezone": self.timezone, "catchUp": self.catch_up, "priority": self.priority}
-        if self.cron is not None:
-            out["cron"] = self.cron
-        if self.every is not None:
-            out["everySeconds"] = self.every
-        return out
+        """The declaration as the body of `POST /v1/schedules` (checked there like any other)."""
+        return self.spec.wire()
 
 
 def schedule(name: str, operation: str, *, owner: str, params: dict[str, Any] | None = None,
@@ -47,8 +42,9 @@ def schedule(name: str, operation: str, *, owner: str, params: dict[str, Any] | 
     if not bare or any(c in bare for c in ":\n\r#"):
         raise ValueError("a schedule's owner is a principal's name (a token's: no ':', '#' or newlines; or a "
                          "JWT's: 'jwt:' and its subject)")
-    return DeclaredSchedule(name=name, operation=operation, owner=owner, params=dict(params or {}), cron=cron,
-                            every=every, timezone=timezone, catch_up=catch_up, priority=priority)
+    return DeclaredSchedule(owner, ScheduleSpec(name=name, operation=operation, params=dict(params or {}),
+                                                cron=cron, every_s=every, timezone=timezone, catch_up=catch_up,
+                                                priority=priority))
 
 
 def declared_in(modules: Iterable[str]) -> list[DeclaredSchedule]:
