@@ -1,0 +1,156 @@
+"""Webhooks for plain-HTTP callers: `"webhook"` on `POST /v1/jobs`, the events it is sent (signed as the
+Standard Webhooks specification says), and `/v1/webhook-secret`, where a caller reads or rotates its secret.
+
+A webhook is a push subscription of its own format (`FORMAT`), kept and delivered like A2A's: the same
+guard, owner fairness, order and retries (`tasks_backend.push`). Each POST is a JSON event,
+`{"type": "job.<event>", "timestamp": <the change's time>, "data": <the job's handle, as GET /v1/jobs/{id}>}`,
+signed with the owner's secret (`tasks_backend.push.secrets`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, jsonify, request
+
+from tasks_backend.config import Settings
+from tasks_backend.errors import BadRequest, InvalidParams
+from tasks_backend.model.domain import JobRecord, SubmitOutcome, rfc3339
+from tasks_backend.model.states import WIRE_STATUS
+from tasks_backend.model.wire import detailed
+from tasks_backend.push.secrets import DEFAULT_GRACE_S, MAX_GRACE_S, SecretState, WebhookSecrets, signature
+from tasks_backend.push.subscriptions import PushStore, TargetRefused, resolve_target
+from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.jobs import RedisStore
+
+from .. import body as json_body
+from ..protocol import Adapter
+
+#: The name webhooks are stored under (their format, for the delivery loop).
+FORMAT = "webhook"
+#: The one webhook a job has (a retried submit replaces nothing).
+CONFIG_ID = "webhook"
+#: Event names a caller may ask for; a change of a job that is not finished, nor waiting for input, is `progress`.
+EVENTS = ("completed", "failed", "cancelled", "input_required", "progress")
+DEFAULT_EVENTS = ("completed", "failed", "cancelled", "input_required")
+MAX_URL_LENGTH = 2048
+_URL_CHARS = re.compile(r"[\x21-\x7e]+")
+
+bp = Blueprint("webhooks", __name__, url_prefix="/v1")
+
+
+def event_name(record: JobRecord) -> str:
+    status = WIRE_STATUS[record.state]
+    return "progress" if status == "working" else status
+
+
+def _refused(field: str, problem: str) -> InvalidParams:
+    return InvalidParams(f"`{field}`: {problem}", extra={"errors": {field: [problem]}})
+
+
+def checked(value: Any, settings: Settings) -> dict[str, Any] | None:
+    """The `webhook` of a submit as stored (`url`, `events`), or a 422 naming the field; None when absent.
+
+    The target guard runs here, before anything is done, as it does again on every delivery."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _refused("webhook", "must be an object with `url` and optional `events`.")
+    unknown = set(value) - {"url", "events"}
+    if unknown:
+        raise _refused("webhook", f"unknown fields {sorted(unknown)}.")
+    url = value.get("url")
+    if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH or not _URL_CHARS.fullmatch(url):
+        raise _refused("webhook.url", f"must be an http or https URL of at most {MAX_URL_LENGTH} ASCII "
+                                      "characters without spaces.")
+    try:
+        resolve_target(url, settings.push_allow_private)
+    except TargetRefused as exc:
+        raise _refused("webhook.url", exc.detail) from exc
+    events = value.get("events", list(DEFAULT_EVENTS))
+    if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
+        raise _refused("webhook.events", f"must be a non-empty list of event names among {list(EVENTS)}.")
+    unknown_events = sorted(set(events) - set(EVENTS))
+    if unknown_events:
+        raise _refused("webhook.events", f"unknown events {unknown_events}; the events are {list(EVENTS)}.")
+    return {"id": CONFIG_ID, "url": url, "events": [e for e in EVENTS if e in events]}
+
+
+def subscribe(store: RedisStore, record: JobRecord, config: dict[str, Any], outcome: SubmitOutcome) -> None:
+    """Store a submitted job's webhook, delivered from the job's first change; its owner's secret is made now
+    if there is none (and kept alive as long as this job). A retried submit that finds its job's webhook
+    stored leaves it, so nothing is delivered twice because of the retry."""
+    push = PushStore(store)
+    WebhookSecrets(store).current(record.owner)
+    if outcome is SubmitOutcome.EXISTING and push.get(record.id, CONFIG_ID) is not None:
+        return
+    push.put(record, config, after="0-0", format=FORMAT)
+
+
+class WebhookFormat:
+    """Standard Webhooks deliveries: one signed JSON event per change the subscription asked for."""
+
+    def bodies(self, record: JobRecord, meta: Mapping[str, str]) -> list[dict[str, Any]]:
+        return [{"type": f"job.{event_name(record)}", "timestamp": rfc3339(record.updated_ms),
+                 "data": detailed(record)}]
+
+    def headers(self, subscription: Mapping[str, Any]) -> dict[str, str]:
+        return {}
+
+    def posts(self, subscription: Mapping[str, Any], record: JobRecord, meta: Mapping[str, str], *,
+              message_id: str, store: RedisStore) -> list[tuple[bytes, dict[str, str]]]:
+        if event_name(record) not in subscription.get("events", DEFAULT_EVENTS):
+            return []
+        data = json.dumps(self.bodies(record, meta)[0], separators=(",", ":")).encode()
+        msg_id = "msg_" + hashlib.sha256(message_id.encode()).hexdigest()[:32]
+        timestamp = int(time.time())
+        signed = " ".join(signature(secret, msg_id, timestamp, data)
+                          for secret in WebhookSecrets(store).signing(record.owner))
+        return [(data, {"webhook-id": msg_id, "webhook-timestamp": str(timestamp), "webhook-signature": signed})]
+
+
+# -- /v1/webhook-secret ----------------------------------------------------------------------------
+def _secrets() -> WebhookSecrets:
+    runtime: Runtime = current_app.extensions["tasks_backend"]
+    return WebhookSecrets(runtime.store)
+
+
+def _answer(state: SecretState) -> Response:
+    out: dict[str, Any] = {"secret": state.current}
+    if state.previous and state.previous_until_ms is not None:
+        out["previousValidUntil"] = rfc3339(state.previous_until_ms)
+    response = jsonify(out)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@bp.get("/webhook-secret")
+def get_secret() -> Response:
+    """The caller's own signing secret, made now if it has none."""
+    return _answer(_secrets().current(g.principal.name))
+
+
+@bp.post("/webhook-secret")
+def rotate_secret() -> Response:
+    """A new secret for the caller; the replaced one also signs for `graceSeconds` (default a day)."""
+    raw = request.get_data(cache=True)
+    options: Any = {}
+    if raw:
+        try:
+            options = json_body.loads(raw)
+        except (json_body.Unreadable, json_body.LoneSurrogate) as exc:
+            raise BadRequest(str(exc)) from exc
+    if not isinstance(options, dict) or set(options) - {"graceSeconds"}:
+        raise BadRequest("The body, if any, must be a JSON object with only `graceSeconds`.")
+    grace = options.get("graceSeconds", DEFAULT_GRACE_S)
+    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_S:
+        raise _refused("graceSeconds", f"must be an integer from 0 to {MAX_GRACE_S}.")
+    return _answer(_secrets().rotate(g.principal.name, grace))
+
+
+ADAPTER = Adapter(FORMAT, bp, push_format=WebhookFormat())
