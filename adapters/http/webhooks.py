@@ -148,9 +148,49 @@ def rotate_secret() -> Response:
     if not isinstance(options, dict) or set(options) - {"graceSeconds"}:
         raise BadRequest("The body, if any, must be a JSON object with only `graceSeconds`.")
     grace = options.get("graceSeconds", DEFAULT_GRACE_S)
-    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_S:
+    # JSON Schema's integer: 60.0 is one.
+    whole = isinstance(grace, int) or (isinstance(grace, float) and grace.is_integer())
+    if isinstance(grace, bool) or not whole or not 0 <= grace <= MAX_GRACE_S:
         raise _refused("graceSeconds", f"must be an integer from 0 to {MAX_GRACE_S}.")
-    return _answer(_secrets().rotate(g.principal.name, grace))
+    return _answer(_secrets().rotate(g.principal.name, int(grace)))
+
+
+# -- its description in /openapi.json -------------------------------------------------------------------------
+#: The `webhook` field of a submit.
+SUBMIT_FIELD: dict[str, Any] = {
+    "type": ["object", "null"], "required": ["url"], "additionalProperties": False,
+    "description": "POST the job's changes here, signed as Standard Webhooks says (see `webhooks`).",
+    "properties": {"url": {"type": "string", "format": "uri", "pattern": "^https?://", "maxLength": MAX_URL_LENGTH},
+                   "events": {"type": "array", "minItems": 1, "items": {"enum": list(EVENTS)},
+                              "default": list(DEFAULT_EVENTS)}}}
+_SECRET = {"type": "object", "required": ["secret"], "properties": {
+    "secret": {"type": "string", "pattern": "^whsec_"},
+    "previousValidUntil": {"type": "string", "format": "date-time",
+                           "description": "Until then each delivery is signed with the replaced secret too."}}}
+_EVENT = {"type": "object", "required": ["type", "timestamp", "data"], "properties": {
+    "type": {"enum": [f"job.{e}" for e in EVENTS]},
+    "timestamp": {"type": "string", "format": "date-time", "description": "When the job changed."},
+    "data": {"$ref": "#/components/schemas/Handle"}}}
+_SIGNED = [{"name": name, "in": "header", "required": True, "schema": {"type": "string"}, "description": text}
+           for name, text in (("webhook-id", "The same on every attempt at one change."),
+                              ("webhook-timestamp", "Unix seconds of this attempt."),
+                              ("webhook-signature", "`v1,<base64 HMAC-SHA256>`, space-separated during a rotation."))]
+
+
+def openapi_parts(problem: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, webhooks) for `/openapi.json`; `problem`: the document's error answers."""
+    answer = {"200": {"description": "Your signing secret", "content": {"application/json": {"schema": _SECRET}}}}
+    rotate_body = {"type": "object", "additionalProperties": False, "properties": {
+        "graceSeconds": {"type": "integer", "minimum": 0, "maximum": MAX_GRACE_S, "default": DEFAULT_GRACE_S}}}
+    paths = {"/v1/webhook-secret": {
+        "get": {"summary": "Your webhook signing secret (made on first use)", "responses": {**answer, **problem}},
+        "post": {"summary": "Rotate your webhook signing secret",
+                 "requestBody": {"required": False, "content": {"application/json": {"schema": rotate_body}}},
+                 "responses": {**answer, **problem}}}}
+    hooks = {"jobEvent": {"post": {"summary": "A change of a job submitted with a `webhook`", "parameters": _SIGNED,
+                                   "requestBody": {"content": {"application/json": {"schema": _EVENT}}},
+                                   "responses": {"2XX": {"description": "Received; anything else is retried"}}}}}
+    return paths, hooks
 
 
 ADAPTER = Adapter(FORMAT, bp, push_format=WebhookFormat())

@@ -145,9 +145,10 @@ def post_event(config: Mapping[str, Any], body: dict[str, Any] | bytes, *, allow
         return sock
 
     conn._create_connection = pinned  # type: ignore[attr-defined]
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     try:
         with deadline:
-            conn.request("POST", path, body=body if isinstance(body, bytes) else json.dumps(body).encode(), headers=sent)
+            conn.request("POST", path, body=data, headers=sent)
             response = conn.getresponse()
             response.read(MAX_ANSWER_BYTES)
             return response.status
