@@ -73,11 +73,12 @@ def checked(value: Any, settings: Settings) -> dict[str, Any] | None:
     except TargetRefused as exc:
         raise _refused("webhook.url", exc.detail) from exc
     events = value.get("events", list(DEFAULT_EVENTS))
+    names = ", ".join(EVENTS)
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
-        raise _refused("webhook.events", f"must be a non-empty list of event names among {list(EVENTS)}.")
+        raise _refused("webhook.events", f"must be a non-empty list of event names among {names}.")
     unknown_events = sorted(set(events) - set(EVENTS))
     if unknown_events:
-        raise _refused("webhook.events", f"unknown events {unknown_events}; the events are {list(EVENTS)}.")
+        raise _refused("webhook.events", f"unknown events {', '.join(unknown_events)}; the events are {names}.")
     return {"id": CONFIG_ID, "url": url, "events": [e for e in EVENTS if e in events]}
 
 
