@@ -63,15 +63,11 @@ def checked(value: Any, settings: Settings) -> dict[str, Any] | None:
         raise _refused("webhook", "must be an object with `url` and optional `events`.")
     unknown = set(value) - {"url", "events"}
     if unknown:
-        raise _refused("webhook", f"unknown fields {sorted(unknown)}.")
+        raise _refused("webhook", f"unknown fields {', '.join(sorted(unknown))}; a webhook has `url` and `events`.")
     url = value.get("url")
     if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH or not _URL_CHARS.fullmatch(url):
         raise _refused("webhook.url", f"must be an http or https URL of at most {MAX_URL_LENGTH} ASCII "
                                       "characters without spaces.")
-    try:
-        resolve_target(url, settings.push_allow_private)
-    except TargetRefused as exc:
-        raise _refused("webhook.url", exc.detail) from exc
     events = value.get("events", list(DEFAULT_EVENTS))
     names = ", ".join(EVENTS)
     if not isinstance(events, list) or not events or not all(isinstance(e, str) for e in events):
@@ -79,6 +75,11 @@ def checked(value: Any, settings: Settings) -> dict[str, Any] | None:
     unknown_events = sorted(set(events) - set(EVENTS))
     if unknown_events:
         raise _refused("webhook.events", f"unknown events {', '.join(unknown_events)}; the events are {names}.")
+    # Last: it asks DNS.
+    try:
+        resolve_target(url, settings.push_allow_private)
+    except TargetRefused as exc:
+        raise _refused("webhook.url", exc.detail) from exc
     return {"id": CONFIG_ID, "url": url, "events": [e for e in EVENTS if e in events]}
 
 

@@ -170,6 +170,8 @@ def test_after_a_rotation_deliveries_verify_with_the_new_secret(push_url: str, p
                 verified(later, stale)
     finally:
         later.close()
+    worker_log = push_worker.log_path.read_text(errors="replace")
+    assert not [s for s in (old, new, newest.stdout.strip()) if s.removeprefix("whsec_") in worker_log]
 
 
 def test_the_python_client_submits_with_a_webhook(push_url: str, push_worker: Any, receiver: Receiver,  # noqa: F811
