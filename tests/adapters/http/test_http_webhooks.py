@@ -133,6 +133,10 @@ def test_a_receiver_that_fails_first_still_gets_every_event_in_order(push_url: s
         assert response.status_code == 202, response.text
         events = wait_for(receiver, secret, "job.completed")
         assert receiver.attempts >= len(events) + 2  # the refused attempts were retried
+        # ... as the same messages: a receiver that drops an id it already had loses nothing.
+        delivered = [headers["webhook-id"] for headers, _ in receiver.raw]
+        assert {headers["webhook-id"] for headers in receiver.refused} <= set(delivered)
+        assert delivered[0] == receiver.refused[0]["webhook-id"]
         kinds = [e["type"] for e in events]
         assert kinds[-1] == "job.completed" and set(kinds[:-1]) <= {"job.progress"}
         stamps = [e["data"]["lastUpdatedAt"] for e in events]
