@@ -18,6 +18,7 @@ from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
 
 from .. import body, sse
 from ..protocol import Adapter
+from . import webhooks
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1")
 ADAPTER = Adapter("http", bp)
@@ -76,12 +77,15 @@ def submit_body(service: JobService, principal: Principal, raw: bytes,
     operation = body.get("operation")
     if not isinstance(operation, str) or not operation:
         raise BadRequest("`operation` must name a registered operation.")
-    unknown = set(body) - {"operation", "params", RUN_AT, DELAY_MS, PRIORITY}
+    unknown = set(body) - {"operation", "params", RUN_AT, DELAY_MS, PRIORITY, "webhook"}
     if unknown:
         raise BadRequest(f"Unknown fields: {sorted(unknown)}.")
     timing = from_wire(body)
+    webhook = webhooks.checked(body.get("webhook"), service.settings)  # refused before anything is done
     record, outcome = service.submit(principal, operation, body.get("params"), idempotency_key=idempotency_key,
                                      run_at_ms=timing.run_at_ms, delay_ms=timing.delay_ms, priority=timing.priority)
+    if webhook is not None:
+        webhooks.subscribe(service.store, record, webhook, outcome)
     payload, headers = handle_body(record, handle(record))
     headers.append(("Location", f"/v1/jobs/{record.id}"))
     if outcome is SubmitOutcome.EXISTING:

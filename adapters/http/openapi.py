@@ -11,6 +11,7 @@ from tasks_backend.model.states import WIRE_STATUS
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
+from . import webhooks
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -128,7 +129,8 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
         ttl_ms = int(1000 * min(spec.ttl_s or runtime.settings.default_ttl_s, runtime.settings.max_ttl_s))
         submit_variants.append({"type": "object", "required": required, "additionalProperties": False,
                                 "properties": {"operation": {"const": spec.name}, "params": params,
-                                               **_timing(ttl_ms)}})
+                                               **_timing(ttl_ms), "webhook": webhooks.SUBMIT_FIELD}})
+    webhook_paths, webhook_events = webhooks.openapi_parts(_errors("400", "422"))
     paths: dict[str, Any] = {
         "/v1/jobs": {
             "post": {"summary": "Submit a job", "parameters": [
@@ -167,6 +169,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
         **_schedule_paths([spec.name for spec in runtime.registry]),
+        **webhook_paths,
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],
@@ -179,6 +182,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
         "info": {"title": "tasks-backend", "version": tasks_backend.__version__},
         "security": [{"bearer": []}],
         "paths": paths,
+        "webhooks": webhook_events,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {

@@ -18,6 +18,7 @@ from tasks_backend.serving.logs import configure_logging
 from .client_commands import register_client_commands
 from .run import run
 from .schedule_commands import schedule
+from .webhook_commands import webhook_secret
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -116,6 +117,7 @@ def flower(ctx: click.Context) -> None:
 
 main.add_command(run)
 main.add_command(schedule)
+main.add_command(webhook_secret)
 register_client_commands(main)
 
 if __name__ == "__main__":

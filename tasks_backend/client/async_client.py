@@ -43,10 +43,11 @@ class AsyncClient(_Base[httpx.AsyncClient]):
 
     async def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
                      idempotency_key: str | None = None, run_at: dt.datetime | str | None = None,
-                     delay: float | dt.timedelta | None = None, priority: int | None = None) -> Job:
+                     delay: float | dt.timedelta | None = None, priority: int | None = None,
+                     webhook: Mapping[str, Any] | None = None) -> Job:
         """Start a job (see the sync client's `submit`)."""
         response = await self._request("POST", "/v1/jobs", **self._submit_request(
-            operation, params, idempotency_key, run_at, delay, priority))
+            operation, params, idempotency_key, run_at, delay, priority, webhook))
         return Job.from_wire(response.json())
 
     async def get(self, job_id: str) -> Job:

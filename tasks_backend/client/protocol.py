@@ -252,10 +252,11 @@ class _Base(Generic[_Http]):
     @staticmethod
     def _submit_request(operation: str, params: Mapping[str, Any] | None, idempotency_key: str | None,
                         run_at: dt.datetime | str | None = None, delay: float | dt.timedelta | None = None,
-                        priority: int | None = None) -> dict[str, Any]:
+                        priority: int | None = None, webhook: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """A submit's body and headers; the idempotency key travels with every retry, so the job is created once.
         `run_at` (an aware datetime or RFC 3339 text) or `delay` (seconds or a timedelta) hold the start back;
-        `priority` (0-9) ranks it among the caller's queued jobs."""
+        `priority` (0-9) ranks it among the caller's queued jobs; `webhook` (`{"url": ..., "events": [...]}`)
+        is POSTed the job's changes, signed with the caller's webhook secret."""
         key = idempotency_key or str(uuid.uuid4())
         body: dict[str, Any] = {"operation": operation, "params": dict(params or {})}
         if isinstance(run_at, dt.datetime):
@@ -269,6 +270,8 @@ class _Base(Generic[_Http]):
             body["delayMs"] = round(seconds * 1000)
         if priority is not None:
             body["priority"] = priority
+        if webhook is not None:
+            body["webhook"] = dict(webhook)
         return {"json": body, "headers": {"Idempotency-Key": key}}
 
     @staticmethod

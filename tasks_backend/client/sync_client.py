@@ -46,12 +46,14 @@ class Client(_Base[httpx.Client]):
     # -- calls ---------------------------------------------------------------------
     def submit(self, operation: str, params: Mapping[str, Any] | None = None, *,
                idempotency_key: str | None = None, run_at: dt.datetime | str | None = None,
-               delay: float | dt.timedelta | None = None, priority: int | None = None) -> Job:
+               delay: float | dt.timedelta | None = None, priority: int | None = None,
+               webhook: Mapping[str, Any] | None = None) -> Job:
         """Start a job; retried with the same idempotency key, so it is created at most once. `run_at` (an aware
         datetime or RFC 3339 text) or `delay` (seconds, or a timedelta): not before then; `priority` 0-9 (default
-        5): among the caller's queued jobs, higher runs first."""
+        5): among the caller's queued jobs, higher runs first; `webhook`: `{"url": ..., "events": [...]}`, sent
+        the job's changes (see the README's "Webhooks")."""
         response = self._request("POST", "/v1/jobs", **self._submit_request(
-            operation, params, idempotency_key, run_at, delay, priority))
+            operation, params, idempotency_key, run_at, delay, priority, webhook))
         return Job.from_wire(response.json())
 
     def get(self, job_id: str) -> Job:
@@ -113,6 +115,17 @@ class Client(_Base[httpx.Client]):
 
     def resume_schedule(self, name: str) -> dict[str, Any]:
         return dict(self._request("POST", f"/v1/schedules/{quote(name, safe='')}/resume").json())
+
+    # -- webhook signing secret (`{"secret": "whsec_...", "previousValidUntil"?: ...}`) -------------------
+    def webhook_secret(self) -> dict[str, Any]:
+        """The caller's webhook signing secret (made on first use)."""
+        return dict(self._request("GET", "/v1/webhook-secret").json())
+
+    def rotate_webhook_secret(self, grace_seconds: int | None = None) -> dict[str, Any]:
+        """A new signing secret; the replaced one also signs for `grace_seconds` (server default: a day).
+        Not retried: a second rotation would drop the secret the first one made."""
+        body = {} if grace_seconds is None else {"graceSeconds": grace_seconds}
+        return dict(self._request("POST", "/v1/webhook-secret", json=body, retry=False).json())
 
     def events(self, job_id: str) -> Iterator[Job]:
         """Each change of the job as the server streams it, until it is done; reconnects as needed."""

@@ -13,11 +13,14 @@ from typing import Any
 
 
 class Receiver:
-    """Records each POST: `calls` as (headers, body) and `arrivals` as (monotonic time, body); the first
-    `fail_first` attempts get a 500 and are not recorded."""
+    """Records each POST: `calls` as (headers, body), `raw` as (headers, the body's bytes, for checking a
+    signature) and `arrivals` as (monotonic time, body); the first `fail_first` attempts get a 500 and only
+    their headers are kept (`refused`)."""
 
     def __init__(self, fail_first: int = 0, path: str = "/hook?src=test") -> None:
         self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.raw: list[tuple[dict[str, str], bytes]] = []
+        self.refused: list[dict[str, str]] = []
         self.arrivals: list[tuple[float, dict[str, Any]]] = []
         self.attempts = 0
         self.fail_first = fail_first
@@ -30,9 +33,12 @@ class Receiver:
                 with receiver.lock:
                     receiver.attempts += 1
                     failing = receiver.attempts <= receiver.fail_first
-                    if not failing:
+                    if failing:
+                        receiver.refused.append(dict(self.headers.items()))
+                    else:
                         decoded = json.loads(body)
                         receiver.calls.append((dict(self.headers.items()), decoded))
+                        receiver.raw.append((dict(self.headers.items()), body))
                         receiver.arrivals.append((time.monotonic(), decoded))
                 self.send_response(500 if failing else 200)
                 self.send_header("Content-Length", "0")

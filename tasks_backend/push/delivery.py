@@ -24,7 +24,7 @@ from ..store.connect import through_outage
 from ..store.feeds import Event
 from ..store.jobs import RedisStore
 from .fair import Breakers, FairPool, target_of
-from .subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, event_key
+from .subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, SignedPushFormat, event_key
 from .webhook import post_event
 
 log = logging.getLogger(__name__)
@@ -302,12 +302,11 @@ class PushDeliverer:
             # the final state is rebuilt from the record.
             items = [(cursor.after, record)]
         fmt = self._format(pending.formats.get(str(config.get("id")), ""))
-        headers = fmt.headers(config)
         posted = 0
         for after, view in items:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
-            for body in fmt.bodies(view, pending.meta):
+            for body, headers in self._posts(fmt, config, view, pending, after):
                 if not self._post(pending.job_id, config, body, headers, owner=job_pass.owner):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
@@ -326,6 +325,17 @@ class PushDeliverer:
         return dataclasses.replace(cursor, attempts=attempts,
                                    retry_at_ms=job_pass.clock.now() + backoff_ms(attempts))
 
+    def _posts(self, fmt: PushFormat, config: dict[str, Any], view: JobRecord, pending: Pending,
+               after: str) -> list[tuple[dict[str, Any] | bytes, Mapping[str, str]]]:
+        """What one change of the job is posted as to one config: each body and its headers."""
+        if isinstance(fmt, SignedPushFormat):
+            # The same id on every attempt at this change: the feed entry (or, rebuilt from the record after
+            # the feed expired, the entry the cursor stands at), and the state, which differs from that entry's.
+            message_id = f"{pending.job_id}.{config.get('id')}.{after}.{view.state.value}"
+            return list(fmt.posts(config, view, pending.meta, message_id=message_id, store=self.store))
+        headers = fmt.headers(config)
+        return [(body, headers) for body in fmt.bodies(view, pending.meta)]
+
     def _view(self, record: JobRecord, event: Event) -> JobRecord:
         """The job as of one event; results, errors and input requests come from the stored record."""
         if event.state in _REFRESH and record.state is event.state:
@@ -335,15 +345,17 @@ class PushDeliverer:
 
     def _format(self, name: str) -> PushFormat:
         """The format of a subscription; one stored without a name (before formats were named) is
-        posted in the only format there is. An unknown name fails the attempt, like a failed POST."""
+        posted in the only format there is that makes no POSTs of its own (`SignedPushFormat` came after
+        the names). An unknown name fails the attempt, like a failed POST."""
         fmt = self.formats.get(name)
-        if fmt is None and not name and len(self.formats) == 1:
-            fmt = next(iter(self.formats.values()))
+        if fmt is None and not name:
+            plain = [f for f in self.formats.values() if not isinstance(f, SignedPushFormat)]
+            fmt = plain[0] if len(plain) == 1 else None
         if fmt is None:
             raise LookupError(f"no push format {name!r}")
         return fmt
 
-    def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any],
+    def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any] | bytes,
               headers: Mapping[str, str] | None = None, *, owner: str = "") -> bool:
         """One POST; any failure is logged (its kind only: messages may quote URLs or secrets).
 

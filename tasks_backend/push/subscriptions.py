@@ -14,7 +14,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import InvalidParams
 from ..model.domain import JobRecord
@@ -38,6 +38,20 @@ class PushFormat(Protocol):
 
     def headers(self, subscription: Mapping[str, Any]) -> dict[str, str]:
         """Headers of each POST to this subscriber (its credentials, in the protocol's way)."""
+        ...
+
+
+@runtime_checkable
+class SignedPushFormat(PushFormat, Protocol):
+    """A format that makes each POST whole (its exact body bytes and its headers), for a protocol that signs
+    them or chooses per subscription what to send; the delivery loop then calls `posts` instead of
+    `bodies` and `headers`."""
+
+    def posts(self, subscription: Mapping[str, Any], record: JobRecord, meta: Mapping[str, str], *,
+              message_id: str, store: RedisStore) -> list[tuple[bytes, dict[str, str]]]:
+        """(body, headers) of each POST for the job as `record` shows it. `message_id` is the same for every
+        attempt at this change (so a receiver can drop one it already had), and `store` reads what the
+        format keeps in Redis (a signing secret)."""
         ...
 
 

@@ -115,9 +115,10 @@ class _Deadline:
             self._timer.cancel()
 
 
-def post_event(config: Mapping[str, Any], body: dict[str, Any], *, allow_private: bool, timeout_s: float,
+def post_event(config: Mapping[str, Any], body: dict[str, Any] | bytes, *, allow_private: bool, timeout_s: float,
                headers: Mapping[str, str] | None = None) -> int:
-    """POST one body as JSON to a subscription's `url`, with the subscriber's `headers`; returns the HTTP status.
+    """POST one body as JSON (or as the exact bytes given) to a subscription's `url`, with the subscriber's
+    `headers`; returns the HTTP status.
 
     The whole exchange (connect, send, status line, headers and body) ends within `timeout_s`, or
     raises `TimeoutError`. Redirects are not followed: a 3xx is a failed delivery, never a second
@@ -144,9 +145,10 @@ def post_event(config: Mapping[str, Any], body: dict[str, Any], *, allow_private
         return sock
 
     conn._create_connection = pinned  # type: ignore[attr-defined]
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
     try:
         with deadline:
-            conn.request("POST", path, body=json.dumps(body).encode(), headers=sent)
+            conn.request("POST", path, body=data, headers=sent)
             response = conn.getresponse()
             response.read(MAX_ANSWER_BYTES)
             return response.status

@@ -86,6 +86,9 @@ class Keys:
     streams = _OwnerKey("streams")  #: open streams (sorted set: stream id -> lease expiry, ms)
     #: the owner's schedules (sorted set: schedule name -> creation, ms); expires with the last of them
     schedules = _OwnerKey("scheds")
+    #: the owner's webhook signing secret (hash: `current`, and `previous` with `previousUntil` during a
+    #: rotation's grace period; `push.secrets`); renewed at least a TTL ceiling ahead by each submit that uses it
+    webhook_secret = _OwnerKey("whsec")
 
     def schedule(self, owner: str, name: str) -> str:
         """One schedule (hash; its fields: `store.schedules`), under its owner's tag; expires a TTL ceiling
