@@ -11,6 +11,7 @@ from tasks_backend.model.states import WIRE_STATUS
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
+from . import audit
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -167,6 +168,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
         **_schedule_paths([spec.name for spec in runtime.registry]),
+        **audit.PATHS,
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],
@@ -188,6 +190,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 "Schedule": _SCHEDULE,
                 "ScheduleList": {"type": "object", "required": ["schedules"],
                                  "properties": {"schedules": {"type": "array", "items": _ref("Schedule")}}},
+                "AuditEntry": audit.ENTRY_SCHEMA,
                 "Problem": {"type": "object", "properties": {"type": {"type": "string"}, "title": {"type": "string"},
                                                              "status": {"type": "integer"},
                                                              "detail": {"type": "string"}}},
