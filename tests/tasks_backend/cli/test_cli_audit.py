@@ -17,8 +17,8 @@ pytestmark = pytest.mark.usefixtures("worker")
 def test_audit_prints_the_entries_about_the_callers_jobs(live_url: str, users: Users) -> None:
     name, token = users.new("cli-audit")
     with httpx.Client(base_url=live_url, headers=bearer(token), timeout=10) as http:
-        ids = [http.post("/v1/jobs", json={"operation": "demo.refund", "params": {"order_id": "o-1", "amount": 1}}).json()["taskId"]
-               for _ in range(2)]
+        refund = {"operation": "demo.refund", "params": {"order_id": "o-1", "amount": 1}}
+        ids = [http.post("/v1/jobs", json=refund).json()["taskId"] for _ in range(2)]
         for job_id in ids:
             cancel = http.post(f"/v1/jobs/{job_id}/cancel", headers={"X-Request-Id": f"cancel-{job_id[:8]}"})
             assert cancel.status_code == 202, cancel.text
