@@ -188,7 +188,8 @@ def signin() -> Response | tuple[str, int]:
     if opened is None:
         return render_template("ui/signin.html", next=request.form.get("next", ""),
                                error="That token was not accepted."), 401
-    _service().audit.record(opened[PRINCIPAL_FIELD], "ui.sign_in")
+    # Owned by who signed in: they read their own sign-ins (where their token was used), as admins do.
+    _service().audit.record(opened[PRINCIPAL_FIELD], "ui.sign_in", owner=opened[PRINCIPAL_FIELD])
     # A fresh CSRF token with the new session, so one seen before signing in is worth nothing after.
     g.ui_session = {**opened, "c": secrets.token_urlsafe(24)}
     g.ui_session_changed = True

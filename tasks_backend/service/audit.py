@@ -4,7 +4,7 @@
 An entry says who, what, about which job or schedule (and its owner), from which address, in which request, and
 when (Redis's clock). It never holds params, answers' content, tokens or secrets: only a short `detail` such as
 the question keys answered. Admins and operators read every entry; any other principal reads the entries about
-their own jobs and schedules. Actions: see `ACTIONS`.
+their own jobs and schedules (and their own sign-ins). Actions: see `ACTIONS`.
 """
 
 from __future__ import annotations
