@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.adapters.a2a.test_a2a import rpc
+from tests.adapters.mcp.clients.rpc import Modern
 from tests.adapters.ui.test_ui_sessions import sign_in
 from tests.conftest import OPS, Serve, Users, bearer, make_settings, wait_until
 
@@ -38,11 +39,11 @@ def audit(http: httpx.Client, headers: dict[str, str], **query: Any) -> list[dic
     return entries
 
 
-def test_cancel_and_answers_over_http_and_a2a_are_recorded_alike(http: httpx.Client, users: Users) -> None:
+def test_cancel_and_answers_over_http_a2a_and_mcp_are_recorded_alike(http: httpx.Client, users: Users) -> None:
     name, token = users.new("audited")
     me = bearer(token)
-    by_http, by_a2a, cancelled = submit(http, me), submit(http, me), submit(http, me)
-    for job_id in (by_http, by_a2a, cancelled):
+    by_http, by_a2a, by_mcp, cancelled = (submit(http, me) for _ in range(4))
+    for job_id in (by_http, by_a2a, by_mcp, cancelled):
         waiting(http, me, job_id)
 
     answered = http.post(f"/v1/jobs/{by_http}/input", json={"inputResponses": {"approval": {"approved": True}}},
@@ -53,19 +54,23 @@ def test_cancel_and_answers_over_http_and_a2a_are_recorded_alike(http: httpx.Cli
     over_a2a = http.post("/a2a", headers={**me, "A2A-Version": "1.0", "X-Request-Id": "answer-by-a2a"},
                          json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}})
     assert "result" in over_a2a.json(), over_a2a.text
+    Modern(http, token).result("tasks/update", {"taskId": by_mcp, "inputResponses": {"approval": {
+        "action": "decline"}}}, headers={"X-Request-Id": "answer-by-mcp"})
     assert http.post(f"/v1/jobs/{cancelled}/cancel", headers={**me, "X-Request-Id": "the-cancel"}).status_code == 202
 
     for job_id, action, request_id in ((by_http, "job.answer", "answer-by-http"),
                                        (by_a2a, "job.answer", "answer-by-a2a"),
+                                       (by_mcp, "job.answer", "answer-by-mcp"),
                                        (cancelled, "job.cancel", "the-cancel")):
         [entry] = audit(http, me, job=job_id)
         assert entry.pop("id") and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", entry.pop("at"))
         expected = {"principal": name, "action": action, "jobId": job_id, "owner": name, "address": "127.0.0.1",
                     "requestId": request_id}
-        assert entry == expected | ({"detail": "approval:accept"} if action == "job.answer" else {})
+        detail = {by_http: "approval:accept", by_a2a: "approval:accept", by_mcp: "approval:decline"}.get(job_id)
+        assert entry == expected | ({"detail": detail} if detail else {})
     # What was answered is not kept: the key and that it was accepted, never the value.
     assert all("approved" not in str(e) and "False" not in str(e) for e in audit(http, me))
-    assert [e["jobId"] for e in audit(http, me)] == [cancelled, by_a2a, by_http]  # newest first
+    assert [e["jobId"] for e in audit(http, me)] == [cancelled, by_mcp, by_a2a, by_http]  # newest first
 
 
 def test_schedule_and_push_config_changes_and_a_web_sign_in_are_recorded(http: httpx.Client,
