@@ -159,3 +159,12 @@ def test_the_job_page_shows_who_answered_and_who_cancelled(http: httpx.Client, u
         shown = page.get(f"/ui/jobs/{job_id}").text
     answered = re.search(rf"Answered by <strong>{name}</strong> <span class=\"hint\">\(first:accept\)</span>", shown)
     assert answered and re.search(rf"Cancelled by <strong>{name}</strong>", shown[answered.end():]), shown
+
+
+def test_behind_a_trusted_proxy_the_forwarded_address_is_recorded(serve: Serve, redis_base: str) -> None:
+    with httpx.Client(base_url=serve(make_settings(redis_base, trusted_proxies=1)), timeout=10) as proxied:
+        alice = bearer("alice-token")
+        job_id = submit(proxied, alice)
+        forwarded = {**alice, "X-Forwarded-For": "198.51.100.9, 203.0.113.7"}  # the left one is the client's say
+        assert proxied.post(f"/v1/jobs/{job_id}/cancel", headers=forwarded).status_code == 202
+        assert [e["address"] for e in audit(proxied, alice, job=job_id)] == ["203.0.113.7"]
