@@ -22,6 +22,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
+from tasks_backend.access import request as request_context
 from tasks_backend.access.auth import Authenticator, Principal
 from tasks_backend.errors import (
     BadRequest,
@@ -150,9 +151,12 @@ class Entrance:
             return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
 
         token = logs.bind_request(request_id)
+        bound = None
         try:
             try:
                 principal = self._admit(environ)
+                # Who asked from where, for the audit trail of whatever this request does (every protocol).
+                bound = request_context.bind(request_id, environ.get(CLIENT_ADDRESS, ""))
                 answer = self.fast.answer(environ, principal) if self.fast is not None else None
             except Exception as exc:
                 return self._refuse(environ, start, exc)
@@ -163,6 +167,8 @@ class Entrance:
                 headers.insert(0, ("Content-Type", "application/json"))
             return _respond(start, answer.status, answer.payload, headers)
         finally:
+            if bound is not None:
+                request_context.unbind(bound)
             logs.unbind_request(token)
 
     def _admit(self, environ: dict[str, Any]) -> Principal | None:

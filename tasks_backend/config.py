@@ -38,6 +38,29 @@ def _number(kind: type[float] | type[int], name: str, raw: Any) -> Any:
         raise ValueError(f"{name}={raw!r} is not {what}") from None
 
 
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(raw: str) -> float:
+    """Seconds from `30`, `2.5`, or a number with one unit: `500ms`, `45s`, `15m`, `12h`, `30d`."""
+    text = raw.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if text.endswith(u)), "")
+    value = float(text.removesuffix(unit)) if text.removesuffix(unit).strip() else float("nan")
+    if not 0 <= value < float("inf"):
+        raise ValueError(raw)
+    return value * _UNITS_S.get(unit, 1.0)
+
+
+def _duration(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a duration (seconds, or e.g. 30d, 12h, 15m)") from None
+
+
 @dataclass(frozen=True)
 class Settings:
     #: A `redis://` URL, or the Sentinels' `sentinel://host:port/db;sentinel://…` (see `sentinel`).
@@ -61,6 +84,7 @@ class Settings:
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
     admins: tuple[str, ...] = ()
+    operators: tuple[str, ...] = ()
 
     default_ttl_s: float = 86400.0
     max_ttl_s: float = 30 * 86400.0
@@ -94,6 +118,9 @@ class Settings:
     push_timeout_s: float = 5.0
     #: Webhook POSTs a worker process makes at once (each to a different config).
     push_concurrency: int = 8
+
+    #: How long audit entries are kept (see README, "Audit trail").
+    audit_retention_s: float = 30 * 86400.0
 
     #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
     ui_secret: str | None = None
@@ -160,6 +187,9 @@ class Settings:
             "jwt_audience": e.get("TASKS_BACKEND_JWT_AUDIENCE") or None,
             "jwt_issuer": e.get("TASKS_BACKEND_JWT_ISSUER") or None,
             "admins": tuple(a.strip() for a in (e.get("TASKS_BACKEND_ADMINS") or "").split(",") if a.strip()),
+            "operators": tuple(a.strip() for a in (e.get("TASKS_BACKEND_OPERATORS") or "").split(",")
+                               if a.strip()),
+            "audit_retention_s": _duration(e, "TASKS_BACKEND_AUDIT_RETENTION", cls.audit_retention_s),
             "default_ttl_s": _float(e, "TASKS_BACKEND_DEFAULT_TTL", cls.default_ttl_s),
             "max_ttl_s": _float(e, "TASKS_BACKEND_MAX_TTL", cls.max_ttl_s),
             "default_poll_s": _float(e, "TASKS_BACKEND_DEFAULT_POLL_INTERVAL", cls.default_poll_s),

@@ -34,6 +34,7 @@ MAX_SUBJECT_CHARS = 255
 class Principal:
     name: str
     admin: bool = False
+    operator: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class Authenticator:
 
     def principal(self, name: str) -> Principal:
         """The principal `name` with the rights the settings give it now."""
-        return Principal(name=name, admin=name in self.settings.admins)
+        return Principal(name=name, admin=name in self.settings.admins, operator=name in self.settings.operators)
 
     def identify(self, token: str) -> Identity | None:
         """Whom a bearer token (without its scheme) names; None if no one."""

@@ -15,6 +15,7 @@ import click
 
 from tasks_backend.serving.logs import configure_logging
 
+from .audit_commands import audit
 from .client_commands import register_client_commands
 from .run import run
 from .schedule_commands import schedule
@@ -118,6 +119,7 @@ def flower(ctx: click.Context) -> None:
 main.add_command(run)
 main.add_command(schedule)
 main.add_command(webhook_secret)
+main.add_command(audit)
 register_client_commands(main)
 
 if __name__ == "__main__":

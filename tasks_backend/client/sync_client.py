@@ -96,6 +96,13 @@ class Client(_Base[httpx.Client]):
     def operations(self) -> builtins.list[dict[str, Any]]:
         return list(self._request("GET", "/v1/operations").json()["operations"])
 
+    def audit(self, *, job: str | None = None, principal: str | None = None, since: str | None = None,
+              cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of the audit trail (`GET /v1/audit`) as the API gives it: `entries`, newest first, and
+        `nextCursor`. `since`: RFC 3339, or a duration back from now (`1h`)."""
+        query = {"job": job, "principal": principal, "since": since, "cursor": cursor, "limit": limit}
+        return dict(self._request("GET", "/v1/audit", params={k: v for k, v in query.items() if v is not None}).json())
+
     # -- schedules (plain JSON: the schedule as the API gives it) -------------------------------------
     def add_schedule(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Define a schedule (`POST /v1/schedules`); the same definition again returns it as it stands."""

@@ -40,6 +40,7 @@ from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
+from .audit import Audit
 from .children import after_cancel
 from .cursors import valid_id
 from .reads import JobReads, as_principal
@@ -67,6 +68,8 @@ class JobService(JobReads):
         self.limits: Limits = limits if limits is not None else NoLimits()
         #: The dispatch gate every submit and resumption goes through.
         self.admission = DispatchGate(store, dispatcher, settings)
+        #: Where cancels, answers and the other actions of callers are recorded (see `service.audit`).
+        self.audit = Audit(store, settings)
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
@@ -184,6 +187,7 @@ class JobService(JobReads):
             raise JobNotCancelable()
         self.admission.leave([job_id], final=True)  # a held or delayed job waits for nothing now
         record = self.get(principal, job_id)
+        self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
         after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
         return record
 
@@ -220,6 +224,9 @@ class JobService(JobReads):
                 raise JobNotFound()
             if outcome is Answered.CONFLICT:
                 raise NotWaitingForInput()
+            # The keys and how each was answered (accept, decline, cancel), never the content.
+            self.audit.record(principal, "job.answer", job_id=job_id, owner=record.owner, detail=",".join(
+                f"{key}:{json.loads(value)['action']}" for key, value in sorted(answers.items())))
             if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:

@@ -69,7 +69,7 @@ class Runtime:
         """The push subscriptions beside the jobs: one per process, as making one registers
         its scripts (a SHA1 of each), which is not a per-request cost."""
         if self._push is None:
-            self._push = PushStore(self.store)
+            self._push = PushStore(self.store, audit=self.service.audit.record)
         return self._push
 
     def sweeper(self) -> Sweeper:

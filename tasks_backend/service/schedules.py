@@ -57,6 +57,8 @@ class ScheduleService:
                                     next_ms=spec.next_after(now, now), replace=replace)
         if outcome == "conflict":
             raise ScheduleConflict()
+        if outcome in ("created", "replaced"):
+            self._audit(owner, "schedule.create" if outcome == "created" else "schedule.replace", spec.name)
         return self.get(owner, spec.name), outcome in ("created", "replaced")
 
     def get(self, who: Principal | str, name: str) -> Schedule:
@@ -72,13 +74,16 @@ class ScheduleService:
 
     def delete(self, who: Principal | str, name: str) -> None:
         """Stops its future ticks; the jobs it made stay."""
-        if not self.store.delete(as_principal(who).name, name):
+        owner = as_principal(who).name
+        if not self.store.delete(owner, name):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.delete", name)
 
     def pause(self, who: Principal | str, name: str) -> Schedule:
         owner = as_principal(who).name
         if not self.store.set_paused(owner, name, True):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.pause", name)
         return self.get(owner, name)
 
     def resume(self, who: Principal | str, name: str) -> Schedule:
@@ -89,7 +94,12 @@ class ScheduleService:
         following = schedule.spec.next_after(now, schedule.anchor_ms)
         if not self.store.set_paused(owner, name, False, following if schedule.paused else None):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.resume", name)
         return self.get(owner, name)
+
+    def _audit(self, owner: str, action: str, name: str) -> None:
+        # A schedule is changed only by its owner: the owner is who acted.
+        self.jobs.audit.record(owner, action, target=name, owner=owner)
 
     def jobs_of(self, who: Principal | str, name: str, *, limit: int = 50,
                 cursor: str | None = None) -> tuple[builtins.list[JobRecord], str | None]:

@@ -69,6 +69,8 @@ class Keys:
     job_meta = _JobKey("meta")
     #: the job's children, made by its `ctx.spawn` (sorted set: child id -> Redis ms of the spawn)
     children = _JobKey("kids")
+    #: the audit entries about the job (stream; `store.audit`): kept for the audit retention after the last
+    audit_job = _JobKey("audit")
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
@@ -89,6 +91,8 @@ class Keys:
     #: the owner's webhook signing secret (hash: `current`, and `previous` with `previousUntil` during a
     #: rotation's grace period; `push.secrets`); renewed at least a TTL ceiling ahead by each submit that uses it
     webhook_secret = _OwnerKey("whsec")
+    #: the audit entries about the owner's jobs and schedules (stream; `store.audit`), kept as `audit_job`
+    audit_owner = _OwnerKey("audit")
 
     def schedule(self, owner: str, name: str) -> str:
         """One schedule (hash; its fields: `store.schedules`), under its owner's tag; expires a TTL ceiling
@@ -121,6 +125,9 @@ class Keys:
     #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")
+    #: every audit entry (stream; `store.audit`): trimmed to the audit retention and a length cap at each write,
+    #: and expiring the retention after the last
+    audit = _SystemKey("audit")
 
     # -- the dispatch gate, one per broker queue (one hash tag: one Redis Cluster slot; `store.admission`) ---
     def gate(self, queue: str, part: str) -> str:
