@@ -109,6 +109,10 @@ class JobRecord:
     #: When the job may start (Redis ms; None: at once), and its priority among its owner's queued jobs (0-9).
     run_at_ms: int | None = None
     priority: int = DEFAULT_PRIORITY
+    #: The submit's trace context (a W3C `traceparent`; None: not traced), which the worker's spans join.
+    trace: str | None = None
+    #: Since when this run waited in the queue (Redis ms; set by a claim only, from the last move before it).
+    queued_ms: int = 0
 
     @property
     def params(self) -> dict[str, Any]:
