@@ -110,6 +110,40 @@ def test_an_http_submit_with_a_traceparent_gives_one_trace_through_the_run_and_e
             assert not any(bit in str(value) for bit in secret_bits), (span.name, key)
 
 
+def test_a_question_its_answer_and_a_retry_are_spans_of_the_jobs_trace(
+        serve: Serve, redis_base: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with stack(serve, redis_base, monkeypatch, traced=True) as s:
+        traced = {**ALICE, "traceparent": TRACEPARENT}
+        asked = s.http.post("/v1/jobs", headers=traced, json={"operation": "test.ask_pair", "params": {}}).json()
+        wait_until(lambda: s.http.get(f"/v1/jobs/{asked['taskId']}", headers=ALICE).json()["status"]
+                   == "input_required", timeout=30, message="the question")
+        answered = s.http.post(f"/v1/jobs/{asked['taskId']}/input", headers=traced, json={"inputResponses": {
+            "name": {"name": "Ada Lovelace"}, "size": {"size": 1815}}})
+        assert answered.status_code == 202, answered.text
+        settle(s.http, asked["taskId"])
+        flaky = s.http.post("/v1/jobs", headers=traced, json={"operation": "test.flaky", "params": {
+            "ledger": str(tmp_path / "flaky"), "failures": 1}}).json()
+        settle(s.http, flaky["taskId"])
+        asking = wait_until(lambda: (t := trace_of(s.receiver, asked["taskId"], "question", "answer", "answered",
+                                                   "run")) and len(t["run"]) == 2 and t, message="both runs")
+        retrying = wait_until(lambda: (t := trace_of(s.receiver, flaky["taskId"], "retry", "run"))
+                              and len(t["run"]) == 2 and t, message="both runs")
+
+    runs = {span.attributes["tasks_backend.run.outcome"]: span for span in asking["run"]}
+    parked, resumed = runs["input_required"], runs["completed"]
+    assert parked.parent_id == resumed.parent_id == the(asking, "submit").span_id
+    assert the(asking, "question").parent_id == parked.span_id
+    assert the(asking, "answered").parent_id == resumed.span_id
+    assert the(asking, "question").attributes["tasks_backend.question.keys"] == ["name", "size"]
+    assert the(asking, "answer").parent_id in {span.span_id for span in asking["POST /v1/jobs/{id}/input"]}
+    for span in (s for group in asking.values() for s in group):
+        assert not any("Ada" in str(value) or "1815" in str(value) for value in span.attributes.values())
+    retry = the(retrying, "retry")
+    assert retry.attributes["tasks_backend.retry.error_type"] == "Transient"
+    failed_run = next(run for run in retrying["run"] if run.attributes["tasks_backend.run.outcome"] == "queued")
+    assert retry.parent_id == failed_run.span_id
+
+
 def test_an_mcp_meta_traceparent_is_honoured(serve: Serve, redis_base: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with stack(serve, redis_base, monkeypatch, traced=True) as s:
         caller = Legacy(s.http, "alice-token")
