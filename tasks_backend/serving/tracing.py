@@ -53,7 +53,8 @@ class Tracing:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Tracing:
-        """On, exporting over OTLP/HTTP, when the standard endpoint variable is set; off otherwise."""
+        """On, exporting over OTLP/HTTP, when the standard endpoint variable is set in `environ` (the process's
+        by default); off otherwise. The SDK reads the other `OTEL_*` variables, and the endpoint, from the process."""
         env = os.environ if environ is None else environ
         if not any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES):
             return cls.off()
