@@ -201,6 +201,7 @@ class JobService(JobReads):
         with self.tracing.span("answer", attributes=job_attributes(job_id, None, as_principal(who).name)):
             record = self._provide_input(who, job_id, responses)
             self.tracing.annotate({OPERATION: record.operation, "tasks_backend.job.state": record.state.value})
+            self.tracing.link(record.trace)  # the job's own trace, which the caller's need not be
             return record
 
     def _provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:

@@ -128,6 +128,13 @@ class Tracing:
         if self.enabled:
             trace.get_current_span().set_attributes(attributes)
 
+    def link(self, traceparent: str | None) -> None:
+        """Link the current span to a stored context (an answer to the job it answers, in another trace)."""
+        if self.enabled and traceparent:
+            context = self.extract({"traceparent": traceparent})
+            if context is not None:
+                trace.get_current_span().add_link(trace.get_current_span(context).get_span_context())
+
     def failed(self, reason: str) -> None:
         """Mark the current span failed, saying `reason` (a status, an error's type: nothing of the data)."""
         if self.enabled:

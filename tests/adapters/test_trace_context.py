@@ -16,10 +16,11 @@ import httpx
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from tasks_backend.devtools.receivers import OtlpReceiver, ReceivedSpan
+from tasks_backend.devtools.receivers import OtlpReceiver, ReceivedSpan, Receiver
 from tasks_backend.serving.tracing import JOB_ID, OPERATION, OWNER
 from tests.adapters.mcp.clients.rpc import Legacy
 from tests.conftest import ALICE, Serve, make_settings, wait_until
+from tests.support.procs import worker_process
 from workers.celery_app import create_celery
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -136,6 +137,7 @@ def test_a_question_its_answer_and_a_retry_are_spans_of_the_jobs_trace(
     assert the(asking, "answered").parent_id == resumed.span_id
     assert the(asking, "question").attributes["tasks_backend.question.keys"] == ["name", "size"]
     assert the(asking, "answer").parent_id in {span.span_id for span in asking["POST /v1/jobs/{id}/input"]}
+    assert the(asking, "answer").links == ((TRACE_ID, the(asking, "submit").span_id),)
     for span in (s for group in asking.values() for s in group):
         assert not any("Ada" in str(value) or "1815" in str(value) for value in span.attributes.values())
     retry = the(retrying, "retry")
@@ -184,3 +186,37 @@ def test_without_the_endpoint_variable_nothing_is_sent(
         # The job ran through the web app and the worker: a traced pair would have sent its spans (in 50 ms
         # batches) while it did; these made none to send.
         assert s.receiver.requests == 0
+
+
+def test_push_deliveries_from_a_prefork_worker_process_are_spans_of_the_jobs_trace(
+        serve: Serve, redis_base: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`tasks-backend worker` as in production: push delivery in its main process, the job in a forked child."""
+    receiver, hook = OtlpReceiver(), Receiver()
+    otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    for name, value in otel.items():
+        monkeypatch.setenv(name, value)
+    settings = make_settings(redis_base, push_allow_private=True)
+    worker = worker_process(settings, tmp_path / "worker.log", pool="prefork", concurrency=1,
+                            TASKS_BACKEND_PUSH_ALLOW_PRIVATE="1", **otel)
+    try:
+        with httpx.Client(base_url=serve(settings), timeout=10) as http:
+            params = {"message": {"messageId": "m1", "role": "ROLE_USER", "metadata": {"traceparent": TRACEPARENT},
+                                  "parts": [{"data": {"operation": "test.steps",
+                                                      "params": {"ledger": str(tmp_path / "l"), "steps": 1}}}]},
+                      "configuration": {"returnImmediately": True,
+                                        "taskPushNotificationConfig": {"url": hook.url, "token": "tok-secret"}}}
+            sent = http.post("/a2a", headers={**ALICE, "A2A-Version": "1.0"},
+                             json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params})
+            job_id = sent.json()["result"]["task"]["id"]
+            wait_until(lambda: "TASK_STATE_COMPLETED" in hook.states(), 60, message="the final notification")
+            spans = trace_of(receiver, job_id, "submit", "run", "step", "push delivery")
+    finally:
+        worker.stop()
+        receiver.close()
+        hook.close()
+    submit = the(spans, "submit")
+    assert the(spans, "run").parent_id == submit.span_id and the(spans, "step").parent_id == the(spans, "run").span_id
+    for delivery in spans["push delivery"]:
+        assert delivery.parent_id == submit.span_id
+        assert delivery.attributes[OWNER] == "alice" and delivery.attributes[OPERATION] == "test.steps"
+        assert not any(hook.url in str(v) or "tok-secret" in str(v) for v in delivery.attributes.values())
