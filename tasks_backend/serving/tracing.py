@@ -58,6 +58,9 @@ class Tracing:
         env = os.environ if environ is None else environ
         if not any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES):
             return cls.off()
+        # The standard switches off, which an operator may set without unsetting the endpoint.
+        if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or env.get("OTEL_TRACES_EXPORTER") == "none":
+            return cls.off()
         # Imported here: a process that traces nothing never loads the SDK.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource

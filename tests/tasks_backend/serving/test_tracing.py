@@ -24,6 +24,12 @@ def test_without_an_endpoint_tracing_is_off_and_does_nothing() -> None:
     tracing.flush()
 
 
+def test_the_standard_switches_turn_it_off_even_with_an_endpoint() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    assert not Tracing.from_env({**endpoint, "OTEL_SDK_DISABLED": "true"}).enabled
+    assert not Tracing.from_env({**endpoint, "OTEL_TRACES_EXPORTER": "none"}).enabled
+
+
 def test_with_an_endpoint_tracing_is_on() -> None:
     tracing = Tracing.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
     try:
