@@ -20,6 +20,7 @@ from typing import Any
 from ..config import Settings
 from ..errors import ServiceUnavailable, StoreUnavailable
 from ..model.domain import JobRecord, JobState
+from ..serving.tracing import Tracing, job_attributes
 from ..store.connect import through_outage
 from ..store.feeds import Event
 from ..store.jobs import RedisStore
@@ -160,8 +161,10 @@ class PushDeliverer:
     """
 
     def __init__(self, store: RedisStore, settings: Settings, batch: int = 100,
-                 *, formats: Mapping[str, PushFormat]) -> None:
+                 *, formats: Mapping[str, PushFormat], tracing: Tracing | None = None) -> None:
         self.store = store
+        #: A span per POST, in the job's trace (off unless the worker's tracing is on).
+        self.tracing = tracing or Tracing.off()
         #: Format name -> format: every adapter's, handed in by the command line
         #: (`tasks-backend worker`).
         self.formats = dict(formats)
@@ -307,7 +310,7 @@ class PushDeliverer:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
             for body, headers in self._posts(fmt, config, view, pending, after):
-                if not self._post(pending.job_id, config, body, headers, owner=job_pass.owner):
+                if not self._traced_post(record, config, body, headers, owner=job_pass.owner):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
             cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
@@ -354,6 +357,19 @@ class PushDeliverer:
         if fmt is None:
             raise LookupError(f"no push format {name!r}")
         return fmt
+
+    def _traced_post(self, record: JobRecord, config: dict[str, Any], body: dict[str, Any] | bytes,
+                     headers: Mapping[str, str] | None, *, owner: str) -> bool:
+        """`_post`, as a span under the job's submit: the config's id, never its URL or token."""
+        if not self.tracing.enabled:
+            return self._post(record.id, config, body, headers, owner=owner)
+        with self.tracing.span("push delivery", parent=record.trace, attributes={
+                **job_attributes(record.id, record.operation, record.owner),
+                "tasks_backend.push.config": str(config.get("id", ""))}):
+            delivered = self._post(record.id, config, body, headers, owner=owner)
+            if not delivered:
+                self.tracing.failed("not delivered")
+            return delivered
 
     def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any] | bytes,
               headers: Mapping[str, str] | None = None, *, owner: str = "") -> bool:

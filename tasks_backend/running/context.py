@@ -21,6 +21,7 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import StoreUnavailable
 from ..model.domain import JobRecord, JobState, rfc3339
+from ..serving.tracing import JOB_ID, Tracing
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -82,6 +83,8 @@ class Runner(Protocol):
     stopping: threading.Event
     #: (owner, operation, params, idempotency key, parent id) -> the child's id; None: no child jobs here.
     spawner: Callable[[str, str, Any, str, str], str] | None
+    #: The spans of steps and questions (children of the run's).
+    tracing: Tracing
 
 
 class Lease:
@@ -168,6 +171,13 @@ class JobContext:
         if recorded is not None:
             return json.loads(recorded)  # type: ignore[no-any-return]
         self.check_cancelled()
+        tracing = self._executor.tracing
+        if tracing.enabled:
+            with tracing.span("step", attributes={JOB_ID: self.job_id, "tasks_backend.step.name": name}):
+                return self._run_step(name, fn)
+        return self._run_step(name, fn)
+
+    def _run_step(self, name: str, fn: Callable[[], T]) -> T:
         value = fn()
         encoded = json.dumps(value)
         outcome, stored = through_outage(
@@ -201,7 +211,13 @@ class JobContext:
                 continue
             answer = json.loads(raw)
             answers[key] = answer.get("content") if answer.get("action") == "accept" else None
+        if answers and self._executor.tracing.enabled:
+            self._executor.tracing.record("answered", time.time_ns(), attributes={
+                JOB_ID: self.job_id, "tasks_backend.question.keys": sorted(answers)})
         if missing:
+            # Only the questions' names: their messages may quote the job's data.
+            self._executor.tracing.record("question", time.time_ns(), attributes={
+                JOB_ID: self.job_id, "tasks_backend.question.keys": sorted(missing)})
             first = next(iter(missing.values()))["params"]["message"]
             raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
         return answers

@@ -23,6 +23,7 @@ from typing import Any
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
+from ..serving.tracing import Tracing, job_attributes, ms_to_ns
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -99,8 +100,10 @@ class LeaseKeeper:
 
 class Executor:
     def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
-                 name: str | None = None, spawner: Spawner | None = None) -> None:
+                 name: str | None = None, spawner: Spawner | None = None, tracing: Tracing | None = None) -> None:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
+        #: The spans of runs, steps, questions and retries (off unless the runtime's tracing is on).
+        self.tracing = tracing or Tracing.off()
         #: Starts a child job for `ctx.spawn` (the service's submit, wired by the runtime).
         self.spawner = spawner
         self.waker = Waker(store, dispatcher, settings)
@@ -147,7 +150,7 @@ class Executor:
             self._running[job_id] = record
         done = "lost"
         try:
-            done = self._execute(record, record.token, lease)
+            done = self._traced(record, lease) if self.tracing.enabled else self._execute(record, record.token, lease)
             return done
         finally:
             with self._finished_lock:
@@ -162,6 +165,21 @@ class Executor:
         with self._finished_lock:
             running = list(self._running.values())
         return [r.id for r in running if self._hand_back(r, r.token) == "handed back"]
+
+    def _traced(self, record: JobRecord, lease: Lease) -> str:
+        """The run as a span under the submit (the job's stored context), after its wait in the queue."""
+        attributes = job_attributes(record.id, record.operation, record.owner)
+        started = time.time_ns()
+        if record.queued_ms:
+            self.tracing.record("queue wait", ms_to_ns(record.queued_ms), parent=record.trace, attributes=attributes,
+                                end_ns=started)
+        run = {**attributes, "tasks_backend.run.attempt": record.attempts, "tasks_backend.run.retries": record.retries}
+        with self.tracing.span("run", parent=record.trace, attributes=run, start_ns=started):
+            done = self._execute(record, record.token, lease)
+            self.tracing.annotate({"tasks_backend.run.outcome": done})
+            if done == JobState.FAILED.value:
+                self.tracing.failed(done)
+            return done
 
     def _execute(self, record: JobRecord, token: int, keeper: Lease) -> str:
         ctx = JobContext(self, record, token, keeper)
@@ -200,6 +218,9 @@ class Executor:
         if retries >= spec.max_retries:
             return None
         delay = spec.retry_backoff_s * (2**retries)
+        self.tracing.record("retry", time.time_ns(), attributes={
+            **job_attributes(record.id, record.operation, record.owner), "tasks_backend.retry.number": retries + 1,
+            "tasks_backend.retry.delay_s": delay, "tasks_backend.retry.error_type": type(exc).__name__})
         # The sweep entry rides with the move into `queued`: if the publish below never happens, the
         # sweeper republishes once the delay and the grace have passed.
         retrying = Change.retrying(retries + 1, f"Retrying in {delay:g}s after {type(exc).__name__}.")

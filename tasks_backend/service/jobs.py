@@ -34,6 +34,7 @@ from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..running.waking import Waker
 from ..serving.drain import Drain, Interrupted
+from ..serving.tracing import JOB_ID, OPERATION, Tracing, job_attributes
 from ..store import fields as job_fields
 from ..store.admission import Released
 from ..store.feeds import Event
@@ -70,6 +71,8 @@ class JobService(JobReads):
         self.admission = DispatchGate(store, dispatcher, settings)
         #: Where cancels, answers and the other actions of callers are recorded (see `service.audit`).
         self.audit = Audit(store, settings)
+        #: Spans of submits and answers (set by `runtime.build_runtime`).
+        self.tracing = Tracing.off()
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
@@ -82,8 +85,11 @@ class JobService(JobReads):
         5): among the owner's queued jobs, higher runs first. Bad values raise `InvalidParams` naming the field.
         `parent_id`: the job whose `ctx.spawn` makes this one; the child is added to the parent's index.
         """
-        record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s,
-                                       Timing(run_at_ms, delay_ms, priority), parent_id)
+        attributes = job_attributes(None, operation, as_principal(principal).name) if self.tracing.enabled else None
+        with self.tracing.span("submit", attributes=attributes):
+            record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s,
+                                           Timing(run_at_ms, delay_ms, priority), parent_id)
+            self.tracing.annotate({JOB_ID: record.id, "tasks_backend.submit.outcome": outcome.value})
         if parent_id is not None:
             self.store.index_child(parent_id, record.id)
         return record, outcome
@@ -112,7 +118,8 @@ class JobService(JobReads):
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
                                      params_json=params_json, idempotency_key=idempotency_key,
                                      parent_id=parent_id, run_at_ms=timing.run_at_ms,
-                                     delay_ms=timing.delay_ms, priority=timing.priority)
+                                     delay_ms=timing.delay_ms, priority=timing.priority,
+                                     trace=self.tracing.traceparent())
             # Through the dispatch gate (fair shares, delays, concurrency; `running.admission`), in the same round
             # trip on a single Redis. When the broker is the store's Redis the enqueue rides in it too (with a
             # key, only if the key turns out ours: see `RedisStore.create`).
@@ -193,6 +200,15 @@ class JobService(JobReads):
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         """Record answers to open input requests; once all are answered the job resumes."""
+        if not self.tracing.enabled:
+            return self._provide_input(who, job_id, responses)
+        with self.tracing.span("answer", attributes=job_attributes(job_id, None, as_principal(who).name)):
+            record = self._provide_input(who, job_id, responses)
+            self.tracing.annotate({OPERATION: record.operation, "tasks_backend.job.state": record.state.value})
+            self.tracing.link(record.trace)  # the job's own trace, which the caller's need not be
+            return record
+
+    def _provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         principal = as_principal(who)
         if not isinstance(responses, dict) or not responses:
             raise InvalidParams("`inputResponses` must be a non-empty JSON object.")

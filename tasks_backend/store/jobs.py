@@ -293,11 +293,12 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore):
             return outcome, None
         read, wrote = reply[2], reply[3]
         raw = dict(zip(read[::2], read[1::2], strict=True))
+        queued = raw["updated"]  # the last move before this run: when its wait in the queue began
         if wrote:  # a replay answers with the hash as the claim left it
             for name in CLAIM_DROPS:
                 raw.pop(name, None)
             raw.update(zip(wrote[::2], wrote[1::2], strict=True))
-        return outcome, record(job_id, raw)
+        return outcome, record(job_id, raw, queued_ms=int(queued))
 
     def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[Standing]:
         """Renew several leases in one round trip: each worker's standing on its job."""
