@@ -61,6 +61,8 @@ class Settings:
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
     admins: tuple[str, ...] = ()
+    #: Principals that may list, cancel and rerun any owner's jobs and act in bulk (never answer for them).
+    operators: tuple[str, ...] = ()
 
     default_ttl_s: float = 86400.0
     max_ttl_s: float = 30 * 86400.0
@@ -160,6 +162,7 @@ class Settings:
             "jwt_audience": e.get("TASKS_BACKEND_JWT_AUDIENCE") or None,
             "jwt_issuer": e.get("TASKS_BACKEND_JWT_ISSUER") or None,
             "admins": tuple(a.strip() for a in (e.get("TASKS_BACKEND_ADMINS") or "").split(",") if a.strip()),
+            "operators": tuple(a.strip() for a in (e.get("TASKS_BACKEND_OPERATORS") or "").split(",") if a.strip()),
             "default_ttl_s": _float(e, "TASKS_BACKEND_DEFAULT_TTL", cls.default_ttl_s),
             "max_ttl_s": _float(e, "TASKS_BACKEND_MAX_TTL", cls.max_ttl_s),
             "default_poll_s": _float(e, "TASKS_BACKEND_DEFAULT_POLL_INTERVAL", cls.default_poll_s),

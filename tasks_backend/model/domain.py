@@ -109,6 +109,8 @@ class JobRecord:
     #: When the job may start (Redis ms; None: at once), and its priority among its owner's queued jobs (0-9).
     run_at_ms: int | None = None
     priority: int = DEFAULT_PRIORITY
+    #: The failed or cancelled job this one reruns (None: not a rerun).
+    rerun_of: str | None = None
 
     @property
     def params(self) -> dict[str, Any]:
