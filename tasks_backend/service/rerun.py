@@ -74,7 +74,8 @@ class Reruns:
             self.audit("rerun", principal, original, new_id=record.id, keep_steps=keep_steps)
         return record, outcome
 
-    def audit(self, action: str, principal: Principal, record: JobRecord | None, **details: Any) -> None:
-        """The one place an action on jobs is reported (cancel, rerun, bulk): an audit trail records it here."""
-        log.info("%s by %s on %s %s", action, principal.name, record.id if record else "-",
+    def audit(self, kind: str, principal: Principal, record: JobRecord | None, **details: Any) -> None:
+        """The one place an action on jobs is reported (`kind`: cancel, rerun, bulk): an audit trail records it
+        here (who, on which job, what; the request's address and id are the adapter's to add)."""
+        log.info("%s by %s on %s %s", kind, principal.name, record.id if record else "-",
                  " ".join(f"{k}={v}" for k, v in details.items()))
