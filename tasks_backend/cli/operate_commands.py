@@ -16,7 +16,7 @@ import click
 
 from tasks_backend.client import Client
 
-from .client_commands import _err, _out, follow, server_options
+from .client_commands import _err, follow, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 _SPAN = re.compile(r"^(\d+)([smhd])$")
@@ -68,7 +68,7 @@ def bulk_action(client: Client, action: str, flt: dict[str, Any], *, dry_run: bo
         raise click.ClickException(f"The dry run ended {preview.status}: {(preview.error or {}).get('message', '')}")
     count = int(preview.result["matched"])
     if dry_run:
-        _out().print_json(json.dumps(preview.result))
+        click.echo(json.dumps(preview.result, separators=(",", ":")))
         return
     if count == 0:
         _err().print("No job matches.")
@@ -82,7 +82,8 @@ def bulk_action(client: Client, action: str, flt: dict[str, Any], *, dry_run: bo
     result = job.result
     _err().print(f"{action.capitalize()}: {result['done']} done, {result['skipped']} skipped of "
                  f"{result['matched']} matched (bulk job {job.id}).")
-    _out().print_json(json.dumps({k: result[k] for k in ("matched", "done", "skipped", "ids", "newIds")}))
+    click.echo(json.dumps({k: result[k] for k in ("matched", "done", "skipped", "ids", "newIds")},
+                          separators=(",", ":")))
 
 
 def _one_or_filter(job_id: str | None, flt: dict[str, Any], command: str) -> None:
