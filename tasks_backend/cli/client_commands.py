@@ -375,7 +375,5 @@ def token_add(principal: str, path: str) -> None:
 
 
 def register_client_commands(group: click.Group) -> None:
-    from .operate_commands import cancel, rerun  # beside these: they follow jobs as `watch` does
-
-    for command in (submit, status, watch, cancel, rerun, list_jobs, answer, operations, token):
+    for command in (submit, status, watch, list_jobs, answer, operations, token):
         group.add_command(command)

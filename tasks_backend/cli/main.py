@@ -16,6 +16,7 @@ import click
 from tasks_backend.serving.logs import configure_logging
 
 from .client_commands import register_client_commands
+from .operate_commands import cancel, rerun
 from .run import run
 from .schedule_commands import schedule
 
@@ -117,6 +118,8 @@ def flower(ctx: click.Context) -> None:
 main.add_command(run)
 main.add_command(schedule)
 register_client_commands(main)
+main.add_command(cancel)
+main.add_command(rerun)
 
 if __name__ == "__main__":
     main()

@@ -18,8 +18,8 @@ import pytest
 
 from tasks_backend import Principal
 from tasks_backend.config import Settings
-from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.devtools.embedded import free_port
+from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.service.filters import JobFilter
 from tasks_backend.service.runtime import build_runtime
 from tests.conftest import make_settings, wait_until

@@ -167,7 +167,7 @@ def bulk(http: httpx.Client, body: dict[str, Any], headers: dict[str, str]) -> d
 
 
 def test_bulk_rerun_reruns_each_failed_job_once(http: httpx.Client, users: Any, tmp_path: Path) -> None:
-    name, token = users.new("bulk")
+    _, token = users.new("bulk")
     me = {"Authorization": f"Bearer {token}"}
     ledger, switch = tmp_path / "ledger", tmp_path / "switch"
     originals = [submit(http, "test.fails_until", {"ledger": str(ledger), "switch": str(switch), "key": i}, me)

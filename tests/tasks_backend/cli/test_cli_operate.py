@@ -24,7 +24,7 @@ def me(users: Any, live_url: str) -> tuple[Client, Any]:
     runner = CliRunner()
     env = {"TASKS_BACKEND_URL": live_url, "TASKS_BACKEND_TOKEN": token}
 
-    def invoke(*args: str, expect: int = 0, input: str | None = None) -> Result:  # noqa: A002
+    def invoke(*args: str, expect: int = 0, input: str | None = None) -> Result:
         result = runner.invoke(main, list(args), env=env, input=input, catch_exceptions=False)
         assert result.exit_code == expect, (result.stdout, result.stderr)
         return result
