@@ -17,7 +17,7 @@ from .cursors import decode_cursor, encode_cursor
 from .filters import ALL_OWNERS, JobFilter
 from .reads import MAX_PAGE, JobReads, as_principal
 
-#: Index entries read per round.
+#: Index entries read per round when collecting ids (a listing reads about a page's worth).
 PAGE = 200
 
 
@@ -31,7 +31,8 @@ class FilteredReads(JobReads):
         position = decode_cursor(cursor) if cursor else None
         out: list[JobRecord] = []
         last: tuple[float, str] | None = None
-        with contextlib.closing(self._matches(principal, flt, position)) as found:
+        # One more than a page (at least 50), so that a full page usually also tells whether another follows.
+        with contextlib.closing(self._matches(principal, flt, position, max(limit + 1, 50))) as found:
             for score, record in found:
                 if len(out) == limit:
                     assert last is not None
@@ -43,15 +44,15 @@ class FilteredReads(JobReads):
     def matching_ids(self, who: Principal | str, flt: JobFilter, cap: int) -> list[str]:
         """The ids of up to `cap` jobs `flt` matches that the caller may see, newest first."""
         out: list[str] = []
-        with contextlib.closing(self._matches(as_principal(who), flt, None)) as found:
+        with contextlib.closing(self._matches(as_principal(who), flt, None, PAGE)) as found:
             for _, record in found:
                 out.append(record.id)
                 if len(out) >= cap:
                     break
         return out
 
-    def _matches(self, principal: Principal, flt: JobFilter,
-                 position: tuple[float, str] | None) -> Generator[tuple[float, JobRecord], None, None]:
+    def _matches(self, principal: Principal, flt: JobFilter, position: tuple[float, str] | None,
+                 size: int) -> Generator[tuple[float, JobRecord], None, None]:
         if flt.parent is not None:
             self.get(principal, flt.parent)  # another owner's parent reads as missing
         owner = flt.owner if flt.owner is not None else principal.name
@@ -71,10 +72,10 @@ class FilteredReads(JobReads):
             while True:
                 rows: set[tuple[str, float]] = set()
                 for key in keys:
-                    rows.update(self.store.index_page(key, position, PAGE))
+                    rows.update(self.store.index_page(key, position, size))
                 if not rows:
                     return
-                page = sorted(rows, key=lambda r: (r[1], r[0]), reverse=True)[:PAGE]
+                page = sorted(rows, key=lambda r: (r[1], r[0]), reverse=True)[:size]
                 read += len(page)
                 records = self.store.get_many([job_id for job_id, _ in page])
                 if prune is not None:
