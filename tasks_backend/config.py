@@ -84,6 +84,7 @@ class Settings:
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
     admins: tuple[str, ...] = ()
+    #: Principals that may list, cancel and rerun any owner's jobs and act in bulk (never answer for them).
     operators: tuple[str, ...] = ()
 
     default_ttl_s: float = 86400.0

@@ -92,6 +92,12 @@ class JobNotCancelable(Conflict):
     title = "Job not cancelable"
 
 
+class JobNotFinished(Conflict):
+    message = "The job has not finished; only a failed or cancelled job can be rerun."
+    slug = "not-finished"
+    title = "Job not finished"
+
+
 class NotWaitingForInput(Conflict):
     message = "The job is not waiting for input."
     slug = "not-waiting-for-input"

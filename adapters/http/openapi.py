@@ -12,6 +12,7 @@ from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
 from . import audit, webhooks
+from .operate import FILTER_PARAMETERS, operate_paths
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -38,6 +39,8 @@ _HANDLE = {
                      "description": "The job whose `ctx.spawn` started this one (children only)."},
         "priority": {"type": "integer", "minimum": 0, "maximum": 9},
         "runAt": {"type": "string", "format": "date-time"},
+        "rerunOf": {"type": "string", "format": "uuid",
+                    "description": "The failed or cancelled job this one reruns (reruns only)."},
     },
 }
 
@@ -138,16 +141,13 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 "requestBody": {"required": True,
                                 "content": {"application/json": {"schema": {"oneOf": submit_variants}}}},
                 "responses": {**_answer("202", "Accepted; poll the Location"), **_errors("400", "413", "422")}},
-            "get": {"summary": "List your jobs, newest first", "parameters": [
-                {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
+            "get": {"summary": "List your jobs (operators and admins: anyone's), newest first; filters combine",
+                    "parameters": [*FILTER_PARAMETERS,
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"},
                  "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."},
-                {"name": "schedule", "in": "query", "schema": {"type": "string"},
-                 "description": "Only the jobs the schedule of this name made (not with `status` or `parent`)."},
-                {"name": "parent", "in": "query", "schema": {"type": "string"},
-                 "description": "List the child jobs of this job of yours instead (404 if it is not yours)."}],
-                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404")}},
+                ],
+                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404", "422")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
                                       "responses": {**_answer("200", "The job"), **_errors("404")}}},
@@ -168,6 +168,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "parameters": [job_id],
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
+        **operate_paths(job_id, _answer, _errors),
         **_schedule_paths([spec.name for spec in runtime.registry]),
         **webhook_paths,
         **audit.PATHS,

@@ -1,4 +1,5 @@
-"""The commands that talk to a running server: submit, status, watch, cancel, list, answer, operations,
+"""The commands that talk to a running server: submit, status, watch, list, answer, operations (cancel and rerun in
+`operate_commands`),
 plus `token add`, which only writes the tokens file.
 
 Each talks to `--url`/`--token` (or `TASKS_BACKEND_URL`/`TASKS_BACKEND_TOKEN`) through
@@ -243,15 +244,6 @@ def watch(client: Client, job_id: str) -> None:
     finish(follow(client, client.get(job_id)))
 
 
-@click.command()
-@click.argument("job_id")
-@server_options
-def cancel(client: Client, job_id: str) -> None:
-    """Ask a job to stop (a running job stops at its next cancellation point)."""
-    job = client.cancel(job_id)
-    _err().print(f"Cancel requested; {job.id} is {job.status}")
-
-
 @click.command(name="list")
 @click.option("--status", "status_", default=None,
               help="working, input_required, completed, failed or cancelled")
@@ -383,5 +375,5 @@ def token_add(principal: str, path: str) -> None:
 
 
 def register_client_commands(group: click.Group) -> None:
-    for command in (submit, status, watch, cancel, list_jobs, answer, operations, token):
+    for command in (submit, status, watch, list_jobs, answer, operations, token):
         group.add_command(command)

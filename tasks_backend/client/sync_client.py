@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -81,6 +82,22 @@ class Client(_Base[httpx.Client]):
 
     def cancel(self, job_id: str) -> Job:
         return Job.from_wire(self._request("POST", f"/v1/jobs/{job_id}/cancel", retry=False).json())
+
+    def rerun(self, job_id: str, keep_steps: bool = False, *, idempotency_key: str | None = None) -> Job:
+        """Rerun a failed or cancelled job as a new one (its `rerun_of` names this one); with `keep_steps` the steps
+        the original recorded count as done. Retried with the same idempotency key, so it is made at most once."""
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        response = self._request("POST", f"/v1/jobs/{job_id}/rerun", json={"keepSteps": keep_steps}, headers=headers)
+        return Job.from_wire(response.json())
+
+    def bulk(self, action: str, filter: Mapping[str, Any] | None = None, *, dry_run: bool = False,
+             keep_steps: bool = False) -> Job:
+        """Start a bulk `cancel` or `rerun` of the jobs `filter` matches: the bulk job's handle (its result gives
+        the counts and ids once it completed; `dry_run`: what it would do, nothing done)."""
+        body = {"action": action, "filter": dict(filter or {}), "dryRun": dry_run, "keepSteps": keep_steps}
+        response = self._request("POST", "/v1/jobs/bulk", json=body,
+                                 headers={"Idempotency-Key": str(uuid.uuid4())})
+        return Job.from_wire(response.json())
 
     def answer(self, job_id: str, responses: Mapping[str, Any]) -> Job:
         """Answer open input requests, `{request key: content}`; the job resumes once all are answered."""

@@ -114,6 +114,8 @@ class JobRecord:
     #: Since when this run waited in the queue (Redis ms; set by a claim only, from the last move before it; a
     #: replayed claim sees its own move instead). Not part of the job: records that differ in it alone are equal.
     queued_ms: int = field(default=0, compare=False)
+    #: The failed or cancelled job this one reruns (None: not a rerun).
+    rerun_of: str | None = None
 
     @property
     def params(self) -> dict[str, Any]:

@@ -121,6 +121,8 @@ class JobContext:
         self.told_to_stop = False
         #: How many sleeps, spawns and waits this run made so far: the names of their records.
         self._counts: dict[str, int] = {}
+        #: The job service built-in operations act through (`running.builtin`); None where the runtime gave none.
+        self.actor: Any = getattr(executor, "actor", None)
 
     # -- progress and cancellation ----------------------------------------------
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:

@@ -30,6 +30,7 @@ from ..store.jobs import RedisStore
 from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
 from .admission import DispatchGate
+from .builtin import BUILTINS
 from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Suspend
 from .dispatch import Dispatcher
 from .registry import JobSpec, Registry
@@ -100,10 +101,13 @@ class LeaseKeeper:
 
 class Executor:
     def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
-                 name: str | None = None, spawner: Spawner | None = None, tracing: Tracing | None = None) -> None:
+                 name: str | None = None, spawner: Spawner | None = None, tracing: Tracing | None = None,
+                 actor: Any = None) -> None:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
         #: The spans of runs, steps, questions and retries (off unless the runtime's tracing is on).
         self.tracing = tracing or Tracing.off()
+        #: The job service built-in operations act through (`builtin.BulkActor`), wired by the runtime.
+        self.actor = actor
         #: Starts a child job for `ctx.spawn` (the service's submit, wired by the runtime).
         self.spawner = spawner
         self.waker = Waker(store, dispatcher, settings)
@@ -185,7 +189,7 @@ class Executor:
         ctx = JobContext(self, record, token, keeper)
         spec: JobSpec | None = None
         try:
-            spec = self.registry.get(record.operation)
+            spec = BUILTINS.get(record.operation) or self.registry.get(record.operation)
             params = spec.load_params(record.params)
             result = spec.fn(ctx, **params)
             if ctx.told_to_stop:  # it saw `cancelled` and returned early: what it returned is not its result

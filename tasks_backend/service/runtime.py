@@ -57,7 +57,8 @@ class Runtime:
         """This process's executor (one per process, so one lease keeper thread per process)."""
         if self._executor is None:
             self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings,
-                                      spawner=self.spawn, tracing=self.tracing)
+                                      spawner=self.spawn, tracing=self.tracing,
+                                      actor=self.service)
         return self._executor
 
     def spawn(self, owner: str, operation: str, params: Any, key: str, parent_id: str) -> str:

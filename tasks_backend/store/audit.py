@@ -67,11 +67,17 @@ class AuditStore:
         if stored.get("o"):
             streams.append((self.keys.audit_owner(stored["o"]), MAX_OWNER_ENTRIES))
 
-        def build(pipe: Any) -> None:
-            for key, cap in streams:  # one command each: the three live in different Redis Cluster slots
-                self.scripts.queue(pipe, "audit.append", [key], uid, max(1, retention_ms), cap, *flat)
+        # The system's stream first: its entry id is then asked of the others, so that one entry has one id in
+        # every view (a stream that already holds a later id, on another Cluster node's clock, makes its own).
+        system_key, system_cap = streams[0]
+        entry_id = self.scripts.call("audit.append", [system_key], uid, max(1, retention_ms), system_cap, "",
+                                     *flat)
+        if len(streams) > 1:
+            def build(pipe: Any) -> None:
+                for key, cap in streams[1:]:  # one command each: they live in different Redis Cluster slots
+                    self.scripts.queue(pipe, "audit.append", [key], uid, max(1, retention_ms), cap, entry_id, *flat)
 
-        self.scripts.run(build)
+            self.scripts.run(build)
 
     def stream(self, *, job_id: str | None = None, owner: str | None = None) -> str:
         """The stream to read: the job's, else the owner's, else the system's."""

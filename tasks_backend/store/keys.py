@@ -81,6 +81,10 @@ class Keys:
         return f"{self.prefix}:{{o:{_digest(owner, 12)}}}"
 
     owner_index = _OwnerKey("jobs")  #: the owner's jobs (sorted set: job id -> creation, ms)
+
+    def owner_index_pattern(self) -> str:
+        """A SCAN pattern matching every owner's index (operators' listings across owners)."""
+        return f"{self.prefix}:{{o:*}}:jobs"
     rate = _OwnerKey("rate")  #: request-rate state (hash: theoretical arrival time, last request's answer)
     active_jobs = _OwnerKey("active")  #: jobs that were unfinished at the last prune of the active count (set)
     #: the owner-index score up to which the last prune read (jobs indexed after it count as unfinished)

@@ -1,5 +1,6 @@
 -- KEYS: 1 one audit stream (the whole system's, one job's or one owner's).
--- ARGV: 1 entry uid, 2 retention (ms), 3 length cap, then the entry's field/value pairs.
+-- ARGV: 1 entry uid, 2 retention (ms), 3 length cap, 4 the entry id to use ('' or not later than the stream's
+-- newest: Redis's time), then the entry's field/value pairs.
 -- Appends one entry (its id: Redis's time), drops the entries older than the retention (exactly, so nothing
 -- past it is ever read back), caps the length (roughly: whole nodes, cheap) and keeps the stream alive for the
 -- retention. Applied twice, the second run finds its uid on the newest entry and answers that entry's id.
@@ -12,7 +13,17 @@ if last then
 end
 local retention = tonumber(ARGV[2])
 local now = clock()
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'uid', ARGV[1], unpack(ARGV, 4))
+local function later(a, b)  -- stream ids `ms-seq`: is a after b?
+  local am, as = string.match(a, '^(%d+)-(%d+)$$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$$')
+  if tonumber(am) ~= tonumber(bm) then return tonumber(am) > tonumber(bm) end
+  return tonumber(as) > tonumber(bs)
+end
+local wanted = '*'
+if ARGV[4] ~= '' and string.match(ARGV[4], '^%d+-%d+$$') and (not last or later(ARGV[4], last[1])) then
+  wanted = ARGV[4]
+end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], wanted, 'uid', ARGV[1], unpack(ARGV, 5))
 redis.call('XTRIM', KEYS[1], 'MINID', ms(now - retention))
 redis.call('PEXPIRE', KEYS[1], ms(retention))
 return id
