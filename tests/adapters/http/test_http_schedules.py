@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.service.runtime import Runtime
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, Serve, Users, bearer, make_settings, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -182,3 +182,17 @@ def test_an_owner_may_define_at_most_max_schedules(serve: Serve, redis_base: str
         assert http.delete("/v1/schedules/b", headers=ALICE).status_code == 204
         assert define(http, ALICE, name="c", operation="test.noop", everySeconds=60).status_code == 201
         assert [s["name"] for s in http.get("/v1/schedules", headers=ALICE).json()["schedules"]] == ["a", "c"]
+
+
+def test_an_expired_schedule_no_longer_counts_against_the_cap(serve: Serve, redis_base: str) -> None:
+    """A schedule whose record expired (its sweepers stopped past the TTL ceiling) leaves its name in the owner's
+    list; at the cap the list is pruned of such names before a new one is refused."""
+    settings = make_settings(redis_base, max_schedules=1)
+    url = serve(settings)
+    store = build_runtime(settings).store
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert define(http, ALICE, name="old", operation="test.noop", everySeconds=60).status_code == 201
+        assert define(http, ALICE, name="new", operation="test.noop", everySeconds=60).status_code == 409
+        store.redis.delete(store.keys.schedule("alice", "old"))  # what its TTL does
+        assert define(http, ALICE, name="new", operation="test.noop", everySeconds=60).status_code == 201
+        assert [s["name"] for s in http.get("/v1/schedules", headers=ALICE).json()["schedules"]] == ["new"]
