@@ -33,7 +33,7 @@ def parse_run_at(text: str) -> str:
     return text.strip()
 
 
-class _Parsed(click.ParamType):
+class _Parsed(click.ParamType[Any]):
     def __init__(self, name: str, parse: Callable[[str], Any], example: str) -> None:
         self.name, self.parse, self.example = name, parse, example
 
