@@ -148,6 +148,8 @@ class Settings:
     max_active_jobs: int = 1000
     #: Event streams, subscriptions and blocking sends one principal may have open at once.
     max_streams: int = 100
+    #: Schedules one principal may define (0: no limit); schedules declared in code do not count against it.
+    max_schedules: int = 1000
     #: Bytes of a job's params as stored (canonical JSON).
     max_params_bytes: int = 64 * 1024
     #: Ceiling on a TTL the caller asks for (MCP `task.ttl`); an operation's own TTL is the operator's.
@@ -223,6 +225,7 @@ class Settings:
             "trusted_proxies": _int(e, "TASKS_BACKEND_TRUSTED_PROXIES", cls.trusted_proxies),
             "max_active_jobs": _int(e, "TASKS_BACKEND_MAX_ACTIVE_JOBS", cls.max_active_jobs),
             "max_streams": _int(e, "TASKS_BACKEND_MAX_STREAMS", cls.max_streams),
+            "max_schedules": _int(e, "TASKS_BACKEND_MAX_SCHEDULES", cls.max_schedules),
             "max_params_bytes": _int(e, "TASKS_BACKEND_MAX_PARAMS", cls.max_params_bytes),
             "max_requested_ttl_s": _float(e, "TASKS_BACKEND_MAX_REQUESTED_TTL", cls.max_requested_ttl_s),
             "header_timeout_s": _float(e, "TASKS_BACKEND_HEADER_TIMEOUT", cls.header_timeout_s),

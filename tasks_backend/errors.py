@@ -110,6 +110,14 @@ class ScheduleConflict(Conflict):
     title = "Schedule exists"
 
 
+class ScheduleLimitReached(Conflict):
+    """A 409, not a 429 like the quotas that free up by themselves: only deleting a schedule makes room."""
+
+    message = "This principal has as many schedules as it may define; delete one first."
+    slug = "schedule-limit-reached"
+    title = "Schedule limit reached"
+
+
 class IdempotencyConflict(TasksBackendError):
     message = "This idempotency key was already used with a different request."
     slug = "idempotency-conflict"

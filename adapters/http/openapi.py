@@ -79,8 +79,11 @@ def _schedule_paths(operations: list[str]) -> dict[str, Any]:
                 "responses": {**_answer("201", "Defined", "Schedule"),
                               **_answer("200", "Already defined so", "Schedule"),
                               **_errors("400", "409", "413", "422")}},
-            "get": {"summary": "List your schedules",
-                    "responses": {**_answer("200", "Your schedules", "ScheduleList"), **_errors()}}},
+            "get": {"summary": "List your schedules, oldest first, a page at a time", "parameters": [
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
+                    "responses": {**_answer("200", "A page of your schedules", "ScheduleList"), **_errors("400")}}},
         "/v1/schedules/{name}": {
             "get": {"summary": "A schedule", "parameters": [name], "responses": one},
             "delete": {"summary": "Delete a schedule (the jobs it made stay)", "parameters": [name],
@@ -193,7 +196,8 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                                              "nextCursor": {"type": ["string", "null"]}}},
                 "Schedule": _SCHEDULE,
                 "ScheduleList": {"type": "object", "required": ["schedules"],
-                                 "properties": {"schedules": {"type": "array", "items": _ref("Schedule")}}},
+                                 "properties": {"schedules": {"type": "array", "items": _ref("Schedule")},
+                                                "nextCursor": {"type": ["string", "null"]}}},
                 "AuditEntry": audit.ENTRY_SCHEMA,
                 "Problem": {"type": "object", "properties": {"type": {"type": "string"}, "title": {"type": "string"},
                                                              "status": {"type": "integer"},

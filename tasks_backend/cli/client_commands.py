@@ -35,6 +35,8 @@ from tasks_backend.access.auth import token_digest
 from tasks_backend.client import DEFAULT_URL, Client, Job, ServerUnreachable
 from tasks_backend.errors import TasksBackendError, Unauthenticated
 
+from .timing import timing_options
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Exit status when a job ended failed or cancelled (errors talking to the server exit with 1 too).
@@ -196,15 +198,19 @@ def _handle_table(job: Job) -> Table:
 @click.argument("params", nargs=-1)
 @click.option("--wait", "wait_", is_flag=True, help="follow the job with a progress bar and print its result")
 @click.option("--idempotency-key", default=None, help="reuse to make a repeated submit return the same job")
+@timing_options
 @server_options
-def submit(client: Client, operation: str, params: tuple[str, ...], wait_: bool,
-           idempotency_key: str | None) -> None:
-    """Submit OPERATION with key=value params (typed by the operation's schema)."""
+def submit(client: Client, operation: str, params: tuple[str, ...], wait_: bool, idempotency_key: str | None,
+           priority: int | None, delay: float | None, run_at: str | None) -> None:
+    """Submit OPERATION with key=value params (typed by the operation's schema), now or later (--delay, --run-at)."""
+    if delay is not None and run_at is not None:
+        raise click.UsageError("Give --delay or --run-at, not both.")
     schemas = {op["name"]: op.get("paramsSchema") for op in client.operations()}
     if operation not in schemas:
         raise click.BadParameter(f"unknown operation {operation!r}; known: {', '.join(sorted(schemas))}",
                                  param_hint="OPERATION")
-    job = client.submit(operation, parse_pairs(params, schemas[operation]), idempotency_key=idempotency_key)
+    job = client.submit(operation, parse_pairs(params, schemas[operation]), idempotency_key=idempotency_key,
+                        run_at=run_at, delay=delay, priority=priority)
     if not wait_:
         click.echo(job.id)
         return

@@ -125,8 +125,17 @@ class Client(_Base[httpx.Client]):
         """Define a schedule (`POST /v1/schedules`); the same definition again returns it as it stands."""
         return dict(self._request("POST", "/v1/schedules", json=dict(body)).json())
 
-    def schedules(self) -> builtins.list[dict[str, Any]]:
-        return list(self._request("GET", "/v1/schedules").json()["schedules"])
+    def schedules(self, page_size: int = 200) -> builtins.list[dict[str, Any]]:
+        """Every schedule of the caller, oldest first, following `GET /v1/schedules`'s pages."""
+        out: builtins.list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": page_size, **({"cursor": cursor} if cursor else {})}
+            page = self._request("GET", "/v1/schedules", params=params).json()
+            out.extend(page["schedules"])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return out
 
     def schedule(self, name: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/v1/schedules/{quote(name, safe='')}").json())

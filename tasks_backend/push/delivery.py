@@ -20,6 +20,7 @@ from typing import Any
 from ..config import Settings
 from ..errors import ServiceUnavailable, StoreUnavailable
 from ..model.domain import JobRecord, JobState
+from ..running.stats import JobStats, Tally
 from ..serving.tracing import Tracing, job_attributes
 from ..store.connect import through_outage
 from ..store.feeds import Event
@@ -39,6 +40,8 @@ CLAIM_MS = 60_000
 #: Backoff between attempts of one event: 0.5 s, 1 s, 2 s, ... capped.
 BACKOFF_BASE_MS = 500
 BACKOFF_MAX_MS = 60_000
+#: How often the POSTs' outcomes are written to the metrics (seconds).
+COUNTS_EVERY_S = 1.0
 #: How far an owner's due job is put back when that owner already has its share of passes here.
 DEFER_MS = 1000
 _REFRESH = (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED)
@@ -185,9 +188,12 @@ class PushDeliverer:
         self.breakers = Breakers()
         self._held: Counter[str] = Counter()
         self._changed = threading.Condition()
+        #: POSTs delivered or failed and events given up, for the metrics.
+        self.tally = Tally(JobStats(store), "push")
 
     def close(self) -> None:
         self._pool.shutdown()
+        self.tally.write()
 
     # -- the loop -----------------------------------------------------------------------
     def deliver_once(self) -> int:
@@ -195,6 +201,7 @@ class PushDeliverer:
         passes, _ = self._start(self.batch)
         for job_pass in passes:
             job_pass.done.wait()
+        self.tally.write()
         return sum(p.posted for p in passes)
 
     def run_forever(self, stop: threading.Event) -> None:
@@ -212,6 +219,7 @@ class PushDeliverer:
                     log.warning("push delivery paused: Redis is unreachable")
                 except Exception:
                     log.exception("push delivery pass failed")
+                self.tally.write(COUNTS_EVERY_S)
                 # Jobs put back may hide others' due jobs behind them: look again at once.
                 if not started and not deferred:
                     with self._changed:  # until a pass ends (room, or a job due again) or a while
@@ -322,6 +330,7 @@ class PushDeliverer:
         """The cursor after a failed attempt at the item that would move it to `item`."""
         attempts = cursor.attempts + 1
         if attempts >= self.settings.push_max_attempts:
+            self.tally.add("given_up")
             log.warning("push to config %s of job %s: giving up on one event after %d attempts",
                         config_id, job_pass.pending.job_id, attempts)
             return Cursor(after=item, done=final, tag=cursor.tag)
@@ -376,6 +385,12 @@ class PushDeliverer:
         """One POST; any failure is logged (its kind only: messages may quote URLs or secrets).
 
         A target whose breaker (the owner's own) is open is not called: the attempt fails at once, as the POST would."""
+        delivered = self._attempt(job_id, config, body, headers, owner)
+        self.tally.add("delivered" if delivered else "failed")
+        return delivered
+
+    def _attempt(self, job_id: str, config: dict[str, Any], body: dict[str, Any] | bytes,
+                 headers: Mapping[str, str] | None, owner: str) -> bool:
         target = target_of(owner, str(config.get("url", "")))
         if not self.breakers.allow(target):
             log.debug("push to config %s of job %s not sent: its target is not answering", config.get("id"), job_id)

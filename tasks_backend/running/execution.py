@@ -130,9 +130,11 @@ class Executor:
         finds, and metrics are metrics. Batching them keeps a finished job to one command."""
         with self._finished_lock:
             finished, self._finished = self._finished, []
+            running = {job_id: r.expires_ms for job_id, r in self._running.items()}
         try:
-            self.store.unschedule_finished(finished, also=self.stats.flush_into)
+            self.store.unschedule_finished(finished, also=lambda pipe: self.stats.flush_into(pipe, running))
         except StoreUnavailable:
+            self.stats.forget_running()  # written again in full by the next flush
             log.debug("deferred writes dropped: Redis is unreachable")
 
     def run(self, job_id: str) -> str:

@@ -109,3 +109,32 @@ class AdmissionStore:
         with redis_errors():
             return [str(x) for x in self.redis.zrangebyscore(call.key("flight"), "-inf", before_ms,
                                                              start=0, num=limit)]
+
+    def gate_figures(self, call: GateCall, now_ms: int, oldest: int = 100) -> GateFigures:
+        """What `/metrics` reports of the gate, in one round trip: every figure a count kept by the gate's own
+        sorted sets, plus the `oldest` longest in flight (the caller tells a waiting one from a running one)."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for part in ("ready", "delayed", "flight"):
+                pipe.zcard(call.key(part))
+            pipe.zrangebyscore(call.key("workers"), now_ms, "+inf")
+            pipe.hgetall(call.key("slots"))
+            pipe.zrange(call.key("flight"), 0, oldest - 1, withscores=True)
+            held, delayed, flight, workers, slots, first = pipe.execute()
+        live = [str(w) for w in workers]
+        return GateFigures(int(held), int(delayed), int(flight), len(live),
+                           sum(int(slots.get(w) or 0) for w in live), [(str(j), int(s)) for j, s in first])
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """Jobs held (waiting for room: a worker slot or their concurrency value), delayed (waiting for their time)
+    and in flight (sent to the broker, not finished); workers whose published slots still count, and their slots;
+    the longest in flight, oldest first, with when each was sent (Redis ms)."""
+
+    held: int
+    delayed: int
+    in_flight: int
+    workers: int
+    slots: int
+    oldest_in_flight: list[tuple[str, int]]
