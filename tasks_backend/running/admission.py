@@ -55,6 +55,7 @@ class DispatchGate:
         self.store, self.dispatcher, self.settings = store, dispatcher, settings
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
         self._scan = 0  # where `prune` goes on through the gate's jobs
+        self._keys = tuple(store.keys.gate_keys(settings.queue))
 
     def call(self) -> GateCall:
         push = None
@@ -62,7 +63,7 @@ class DispatchGate:
             ttl = self.dispatcher.counter_ttl_due()
             push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl))
         return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
-                        tuple(self.store.keys.gate_keys(self.settings.queue)), push)
+                        self._keys, push)
 
     def entry(self, job_id: str, owner: str, operation: str, spec: Any, params: dict[str, Any],
               timing: Timing) -> GateEntry | None:

@@ -20,7 +20,7 @@ local function gate_delay(spec, now)
 end
 
 local function gate_info(raw)
-  local t, p, m, s, o, c, x = string.match(raw, '^(.)|(%d)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)$$')
+  local t, p, m, s, o, c, x = string.match(raw, '^(.)|(%d)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)')
   return {t = t, p = tonumber(p), m = tonumber(m) or 0, s = s, o = o, c = c, x = x}
 end
 
@@ -70,15 +70,18 @@ end
 local function gate_hold(g, id, info, ttl)
   if info.s == '' then
     info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)
-    redis.call('PEXPIRE', KEYS[g + 2], ttl)
+    if info.s == 1 then redis.call('PEXPIRE', KEYS[g + 2], ttl) end  -- made now (the counter is never reset)
   end
   info.t = 'h'
   gate_put(g, id, info, ttl, true)
   redis.call('ZADD', KEYS[g + 7], 0, gate_member(id, info))
   redis.call('PEXPIRE', KEYS[g + 7], ttl)
   if not redis.call('ZSCORE', KEYS[g + 1], info.o) then
-    -- A newcomer goes ahead of every owner served since the last turn began.
+    -- A newcomer goes ahead of every owner served since the last turn began, and of an owner alone in the ring
+    -- (served last, and given no turn for it: see gate_pump).
     local turn = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0')
+    local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
+    if #head == 2 then turn = math.min(turn, tonumber(head[2])) end
     redis.call('ZADD', KEYS[g + 1], turn - 0.5, info.o)
     redis.call('PEXPIRE', KEYS[g + 1], ttl)
   end
@@ -138,7 +141,9 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
   while flying < cap and rounds < 1000 do
     rounds = rounds + 1
     local released = false
-    for _, o in ipairs(redis.call('ZRANGE', KEYS[g + 1], 0, 63)) do
+    local ring = redis.call('ZRANGE', KEYS[g + 1], 0, 63, 'WITHSCORES')
+    for i = 1, #ring, 2 do
+      local o = ring[i]
       if flying >= cap then break end
       local chosen, info, members = gate_first(g, o, 2)
       if not chosen and #members == 2 then chosen, info, members = gate_first(g, o, 50) end
@@ -147,9 +152,11 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
         gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
         flying = flying + 1
         released = true
-        local turn = redis.call('HINCRBY', KEYS[g + 2], 'turn', 1)
-        if #members == 1 then redis.call('ZREM', KEYS[g + 1], o)
-        else redis.call('ZADD', KEYS[g + 1], turn, o) end
+        if #members == 1 then
+          redis.call('ZREM', KEYS[g + 1], o)
+        elseif #ring > 2 then  -- an owner alone in the ring keeps its score: one owner's flood takes no turns
+          redis.call('ZADD', KEYS[g + 1], redis.call('HINCRBY', KEYS[g + 2], 'turn', 1), o)
+        end
       elseif #members == 0 then
         redis.call('ZREM', KEYS[g + 1], o)
       end
