@@ -249,7 +249,7 @@ class Executor:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome is not Moved.OK:
             return outcome
-        if leave is not None:
+        if leave is not None and leave.taken:
             with self._finished_lock:
                 self._left.add(record.id)
             self.admission.publish(leave.released)

@@ -56,10 +56,12 @@ class GateEntry:
 @dataclass
 class GateLeave:
     """A run's end, leaving the gate in its last transition (`RedisStore.transition`): whether the gate forgets the
-    job (finished) or keeps what it knew (parked); `released` is filled with what the leave let in."""
+    job (finished) or keeps what it knew (parked); `taken` says the transition carried it (else the caller leaves
+    apart), and `released` is filled with what the leave let in."""
 
     call: GateCall
     final: bool
+    taken: bool = False
     released: Released = field(default_factory=list)
 
 

@@ -257,6 +257,7 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore):
         drop = unschedule and target in TERMINAL_STATES
         if leave is not None and not drop and sweep_in_ms is None:
             outcome, before, at, leave.released = self.gate_finish(leave.call, job_id, args, final=leave.final)
+            leave.taken = True
             return outcome, before, at
         if not drop and sweep_in_ms is None:
             outcome, before, at = self._job("transition", job_id, *args)
