@@ -3,6 +3,7 @@ total it caches, a run's end that leaves the gate in its last transition, and wh
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -97,3 +98,17 @@ def test_a_job_let_through_keeps_no_message_and_a_readmission_brings_its_own(sto
     known, released = store.gate_admit(call, first, "", "0", message=f"again-{first}")
     assert known and released == []  # held behind the second, with the message it was given
     assert store.gate_leave(call, [second], final=True) == [(first, f"again-{first}")]
+
+
+def test_an_entry_written_as_json_before_the_upgrade_still_leaves_and_releases(store: RedisStore) -> None:
+    call = gate_of(store, fallback=1)
+    owner = store.keys.gate_owner(OWNER)
+    store.redis.hset(call.key("jobs"), mapping={
+        "old-f": json.dumps({"o": owner, "p": 5, "c": "", "m": 0, "x": "op", "t": "f"}),
+        "old-h": json.dumps({"o": owner, "p": 5, "c": "", "m": 0, "x": "op-h", "t": "h",
+                             "k": f"{owner}:4:{7:013d}:old-h"})})
+    store.redis.zadd(call.key("flight"), {"old-f": 1})
+    store.redis.zadd(call.key("ready"), {f"{owner}:4:{7:013d}:old-h": 0})
+    store.redis.zadd(call.key("ring"), {owner: 0})
+    assert store.gate_leave(call, ["old-f"], final=True) == [("old-h", "op-h")]
+    assert flight(store, call) == {"old-h"} and store.redis.zcard(call.key("ready")) == 0

@@ -20,6 +20,11 @@ local function gate_delay(spec, now)
 end
 
 local function gate_info(raw)
+  if string.sub(raw, 1, 1) == '{' then  -- an entry written as JSON, before entries were strings
+    local j = cjson.decode(raw)
+    local s = j.k and string.match(j.k, '^[^:]*:%d:(%d+):') or ''
+    return {t = j.t, p = tonumber(j.p), m = tonumber(j.m) or 0, s = s, o = j.o, c = j.c or '', x = j.x or ''}
+  end
   local t, p, m, s, o, c, x = string.match(raw, '^(.)|(%d)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)')
   return {t = t, p = tonumber(p), m = tonumber(m) or 0, s = s, o = o, c = c, x = x}
 end
