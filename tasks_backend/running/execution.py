@@ -121,6 +121,8 @@ class Executor:
         self.stopping = threading.Event()
         self._running: dict[str, JobRecord] = {}
         self._finished: list[str] = []
+        #: Runs that left the dispatch gate in their last transition (`_finish`): `run` leaves it no second time.
+        self._left: set[str] = set()
         self._finished_lock = threading.Lock()
 
     def flush(self) -> None:
@@ -162,7 +164,11 @@ class Executor:
             with self._finished_lock:
                 self._running.pop(job_id, None)
             self.keeper.release(lease)
-            self.admission.after_run(job_id, done, record, self.registry.get)
+            with self._finished_lock:
+                left = job_id in self._left
+                self._left.discard(job_id)
+            if not left:
+                self.admission.after_run(job_id, done, record, self.registry.get)
 
     def hand_back_overdue(self) -> list[str]:
         """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they
@@ -261,13 +267,19 @@ class Executor:
         terminal = target in TERMINAL_STATES
         # One request id across the retries below: a retry of a change that was applied answers "ok".
         request_id = new_request_id()
+        # On a single Redis the run leaves the dispatch gate in the same script (one call less per job).
+        leave = self.admission.leaving(record, target.value, self.registry.get)
         outcome, _, at = through_outage(lambda: self.store.transition(
             record.id, target, token=token, change=change, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
-            request_id=request_id), self.settings.lease_s * 10)
+            request_id=request_id, leave=leave), self.settings.lease_s * 10)
         if outcome is Moved.CANCELLED:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome is not Moved.OK:
             return outcome
+        if leave is not None and leave.taken:
+            with self._finished_lock:
+                self._left.add(record.id)
+            self.admission.publish(leave.released)
         self.stats.note_outcome(record, target, at)
         if terminal:
             with self._finished_lock:

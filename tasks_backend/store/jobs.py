@@ -16,7 +16,7 @@ import redis
 
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
-from .admission import AdmissionStore, GateEntry, Released
+from .admission import AdmissionStore, GateEntry, GateLeave, Released
 from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
@@ -242,19 +242,24 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore):
     # first run did. Times are Redis's own (see `scripts`).
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
                    change: Change | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
-                   request_id: str | None = None) -> tuple[Moved, str, int]:
+                   request_id: str | None = None, leave: GateLeave | None = None) -> tuple[Moved, str, int]:
         """Move a job to `target` if the state table allows it (and the token still fences it), writing `change`.
 
         Returns (outcome, state before, Redis time of the change or 0): ok | missing | fenced | cancelled
         (the owner cancelled this token's run) | illegal. A job that leaves the queue for good (finished)
         is taken off the sweep schedule in the same round trip; `unschedule=False` leaves that to the
         caller (workers batch it, see `unschedule_finished`). A move into `queued` must pass
-        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script."""
+        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script. `leave` (a single
+        Redis, a run's end): the job leaves the dispatch gate in the same script (`AdmissionStore.gate_finish`)."""
         args = [request_id or new_request_id(), "" if token is None else token, target.value,
                 ",".join(sources_of(target)), owner, *(change.pairs() if change else ())]
         if target is JobState.QUEUED and sweep_in_ms is None:
             raise ValueError("a move into queued needs its sweep entry")
         drop = unschedule and target in TERMINAL_STATES
+        if leave is not None and not drop and sweep_in_ms is None:
+            outcome, before, at, leave.released = self.gate_finish(leave.call, job_id, args, final=leave.final)
+            leave.taken = True
+            return outcome, before, at
         if not drop and sweep_in_ms is None:
             outcome, before, at = self._job("transition", job_id, *args)
             return Moved(outcome), str(before), int(at)
