@@ -24,6 +24,7 @@ from redis.crc import key_slot
 
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.push.secrets import WebhookSecrets
 from tasks_backend.push.subscriptions import Cursor, PushStore
 from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
@@ -170,6 +171,7 @@ def one_life(runtime: Runtime) -> None:
     assert lock is not None
     pushes.release(job_id, lock)
     pushes.delete(job_id, "c1")
+    WebhookSecrets(store).rotate(owner, 0)  # the owner's webhook secret
     assert publish(store.redis, keys, runtime.registry) > 0
     schedule_life(runtime, owner, job_id)
     assert keys.owner_index(owner)  # the owner's keys were all used above
