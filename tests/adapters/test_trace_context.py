@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,14 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from tasks_backend.devtools.receivers import OtlpReceiver, ReceivedSpan, Receiver
 from tasks_backend.serving.tracing import JOB_ID, OPERATION, OWNER
 from tests.adapters.mcp.clients.rpc import Legacy
 from tests.conftest import ALICE, Serve, make_settings, wait_until
 from tests.support.procs import worker_process
-from workers.celery_app import create_celery
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -48,10 +47,15 @@ def stack(serve: Serve, redis_base: str, monkeypatch: pytest.MonkeyPatch, *, tra
                 monkeypatch.delenv(name)
         settings = make_settings(redis_base)
         url = serve(settings)
-        app = create_celery(settings)
-        with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, loglevel="WARNING",
-                          shutdown_timeout=15), httpx.Client(base_url=url, timeout=10) as http:
-            yield Stack(http, receiver)
+        # A worker process of its own: a second Celery worker in this process would share Celery's process-wide
+        # state with the session's and stop it at its exit.
+        with tempfile.TemporaryDirectory() as logs:
+            worker = worker_process(settings, Path(logs) / "worker.log", pool="threads", concurrency=2)
+            try:
+                with httpx.Client(base_url=url, timeout=10) as http:
+                    yield Stack(http, receiver)
+            finally:
+                worker.stop()
     finally:
         receiver.close()
 
