@@ -18,124 +18,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Settings
-from ..errors import ServiceUnavailable, StoreUnavailable
+from ..errors import ServiceUnavailable
 from ..model.domain import JobRecord, JobState
 from ..running.stats import JobStats, Tally
 from ..serving.tracing import Tracing, job_attributes
-from ..store.connect import through_outage
 from ..store.feeds import Event
 from ..store.jobs import RedisStore
 from .fair import Breakers, FairPool, target_of
+from .passes import Clock, JobPass, backoff_ms
 from .subscriptions import FEED_BATCH, Cursor, Pending, PushFormat, PushStore, SignedPushFormat, event_key
 from .webhook import post_event
 
 log = logging.getLogger(__name__)
 
-#: How long a pass's save is retried while Redis is unreachable (a restart, a stall).
-SAVE_TOLERANCE_S = 4.0
-#: How often an unfinished job's feed is read for new events, and how often the due set is polled.
-FOLLOW_MS = 250
+#: How often the due set is polled.
 IDLE_S = 0.2
 CLAIM_MS = 60_000
-#: Backoff between attempts of one event: 0.5 s, 1 s, 2 s, ... capped.
-BACKOFF_BASE_MS = 500
-BACKOFF_MAX_MS = 60_000
 #: How often the POSTs' outcomes are written to the metrics (seconds).
 COUNTS_EVERY_S = 1.0
 #: How far an owner's due job is put back when that owner already has its share of passes here.
 DEFER_MS = 1000
 _REFRESH = (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED)
-
-
-def backoff_ms(attempts: int) -> int:
-    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** max(0, attempts - 1)))
-
-
-class _Clock:
-    """Redis's time as read at the start of a pass, moved on by this process's monotonic clock."""
-
-    def __init__(self, redis_ms: int) -> None:
-        self.redis_ms = redis_ms
-        self.started = time.monotonic()
-
-    def now(self) -> int:
-        return self.redis_ms + int((time.monotonic() - self.started) * 1000)
-
-
-class _JobPass:
-    """One job's pass: its configs are delivered in the pool; the last one to finish saves them all."""
-
-    def __init__(self, deliverer: PushDeliverer, pending: Pending, token: str, clock: _Clock,
-                 owner: str = "", claimed_at_ms: int | None = None) -> None:
-        self.deliverer = deliverer
-        self.pending = pending
-        self.token = token
-        self.clock = clock
-        self.owner = owner
-        #: The due time the claim gave the job: it leaves the due set only if nobody moved it since.
-        self.claimed_at_ms = claimed_at_ms
-        self.posted = 0
-        self.cursors: dict[str, Cursor] = {}
-        self.more: set[str] = set()
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        self._left = 0
-
-    def start(self) -> int:
-        """Submit the configs that have something to do now; returns how many were submitted."""
-        work = sorted(self.pending.ready) if self.pending.record is not None else []
-        self._left = len(work)
-        if not work:
-            self._finish()
-        for config_id in work:
-            self.deliverer.submit(self, config_id)
-        return len(work)
-
-    def config_done(self, config_id: str, posted: int, cursor: Cursor, more: bool) -> None:
-        with self._lock:
-            self.posted += posted
-            self.cursors[config_id] = cursor
-            if more:
-                self.more.add(config_id)
-            self._left -= 1
-            last = self._left == 0
-        if last:
-            self._finish()
-
-    def next_at(self) -> int | None:
-        """When the job is next due: never in the past unless there is more to send right away."""
-        record = self.pending.record
-        if record is None:
-            return None  # expired: its configs and cursors expire with it
-        now = self.clock.now()
-        times: list[int] = []
-        for config_id in self.pending.configs:
-            cursor = self.cursors.get(config_id) or self.pending.cursor(config_id)
-            if cursor.done:
-                continue
-            if cursor.attempts:
-                times.append(max(cursor.retry_at_ms, now + 1))
-            elif config_id in self.more:
-                times.append(now)
-            else:
-                times.append(now + FOLLOW_MS)  # following a running job's feed
-        return min(times) if times else None
-
-    def _finish(self) -> None:
-        # A brief outage (a Redis restart or stall) is waited out here: left to the lock's lapse, the save would
-        # wait a minute, and every event this pass posted would be posted again.
-        try:
-            through_outage(lambda: self.deliverer.push.finish(self.pending, self.token, self.cursors, self.next_at(),
-                                                              claimed_at_ms=self.claimed_at_ms),
-                           SAVE_TOLERANCE_S, self.deliverer.stop)
-        except StoreUnavailable:
-            log.warning("push delivery for job %s not saved: Redis is unreachable (retried after the lease)",
-                        self.pending.job_id)
-        except Exception as exc:
-            log.warning("push delivery for job %s not saved: %s", self.pending.job_id, type(exc).__name__)
-        finally:
-            self.deliverer.pass_ended(self)
-            self.done.set()
 
 
 class PushDeliverer:
@@ -210,7 +113,7 @@ class PushDeliverer:
             while not stop.is_set():
                 with self._changed:
                     room = self.max_passes - sum(self._held.values())
-                started: list[_JobPass] = []
+                started: list[JobPass] = []
                 deferred = 0
                 try:
                     if room > 0:
@@ -227,7 +130,7 @@ class PushDeliverer:
         finally:
             self.close()
 
-    def _start(self, limit: int) -> tuple[list[_JobPass], int]:
+    def _start(self, limit: int) -> tuple[list[JobPass], int]:
         """Start passes for up to `limit` due jobs; returns them and how many due jobs were put back.
 
         An owner that already has its share of passes here gets no more: its other due jobs are put
@@ -247,7 +150,7 @@ class PushDeliverer:
                 take.append(job_id)
         self.push.defer(defer, now + DEFER_MS)
         token = uuid.uuid4().hex
-        clock = _Clock(now)
+        clock = Clock(now)
         passes = []
         for job_id in self.push.claim_many(take, token, self.lease_ms, now):
             try:
@@ -258,24 +161,24 @@ class PushDeliverer:
                 log.warning("push delivery for job %s skipped: %s", job_id, type(exc).__name__)
                 continue
             owner = pending.record.owner if pending.record is not None else owners.get(job_id) or ""
-            job_pass = _JobPass(self, pending, token, clock, owner, now + self.lease_ms)
+            job_pass = JobPass(self, pending, token, clock, owner, now + self.lease_ms)
             with self._changed:
                 self._held[owner] += 1
             passes.append(job_pass)
             job_pass.start()
         return passes, len(defer)
 
-    def pass_ended(self, job_pass: _JobPass) -> None:
+    def pass_ended(self, job_pass: JobPass) -> None:
         with self._changed:
             self._held[job_pass.owner] -= 1
             if self._held[job_pass.owner] <= 0:
                 del self._held[job_pass.owner]
             self._changed.notify_all()
 
-    def submit(self, job_pass: _JobPass, config_id: str) -> None:
+    def submit(self, job_pass: JobPass, config_id: str) -> None:
         self._pool.submit(job_pass.owner, lambda: self._run(job_pass, config_id))
 
-    def _run(self, job_pass: _JobPass, config_id: str) -> None:
+    def _run(self, job_pass: JobPass, config_id: str) -> None:
         pending = job_pass.pending
         cursor = pending.cursor(config_id)
         posted, more = 0, False
@@ -291,7 +194,7 @@ class PushDeliverer:
             job_pass.config_done(config_id, posted, cursor, more)
 
     # -- one config ---------------------------------------------------------------------
-    def _deliver_config(self, job_pass: _JobPass, config: dict[str, Any],
+    def _deliver_config(self, job_pass: JobPass, config: dict[str, Any],
                         cursor: Cursor) -> tuple[int, Cursor, bool]:
         """Post what one config has not seen yet, oldest first; returns (posted, cursor, more waiting)."""
         pending = job_pass.pending
@@ -326,7 +229,7 @@ class PushDeliverer:
                 break
         return posted, cursor, cut
 
-    def _failed(self, job_pass: _JobPass, config_id: str, cursor: Cursor, item: str, final: bool) -> Cursor:
+    def _failed(self, job_pass: JobPass, config_id: str, cursor: Cursor, item: str, final: bool) -> Cursor:
         """The cursor after a failed attempt at the item that would move it to `item`."""
         attempts = cursor.attempts + 1
         if attempts >= self.settings.push_max_attempts:

@@ -6,9 +6,8 @@ single Redis; `admit` after it on a Cluster), an answered question or a wake (`r
 jobs take the room it made), and the pump (`tick`: delayed jobs now due, a worker that starts). The gate holds a
 job in Redis, before the broker, while as many jobs are in flight as the workers have slots (fair shares), until
 its time (a delay), or while its concurrency value is full; it releases held jobs owner by owner in turn, each
-owner's by priority, then submission order.
-Both brokers see the same order. Rule: released jobs are published here when the gate could not push them in
-its own script (the broker is not the store's Redis); a publish lost in a crash is the sweeper's to redo.
+owner's by priority, then submission order; both brokers see the same order. Rule: released jobs are published
+here when the gate could not push them in its own script; a publish lost in a crash is the sweeper's to redo.
 """
 
 from __future__ import annotations

@@ -13,14 +13,18 @@ if last then
 end
 local retention = tonumber(ARGV[2])
 local now = clock()
-local function later(a, b)  -- stream ids `ms-seq`: is a after b?
-  local am, as = string.match(a, '^(%d+)-(%d+)$$')
-  local bm, bs = string.match(b, '^(%d+)-(%d+)$$')
-  if tonumber(am) ~= tonumber(bm) then return tonumber(am) > tonumber(bm) end
-  return tonumber(as) > tonumber(bs)
+local function parts(id)  -- a stream id `ms-seq` as two numbers (nil when it is not one)
+  local m, s = string.match(id, '^(%d+)-(%d+)')
+  if m and m .. '-' .. s == id then return tonumber(m), tonumber(s) end
+end
+local function later(a, b)  -- is stream id a after stream id b?
+  local am, as = parts(a)
+  local bm, bs = parts(b)
+  if am ~= bm then return am > bm end
+  return as > bs
 end
 local wanted = '*'
-if ARGV[4] ~= '' and string.match(ARGV[4], '^%d+-%d+$$') and (not last or later(ARGV[4], last[1])) then
+if ARGV[4] ~= '' and parts(ARGV[4]) and (not last or later(ARGV[4], last[1])) then
   wanted = ARGV[4]
 end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], wanted, 'uid', ARGV[1], unpack(ARGV, 5))
