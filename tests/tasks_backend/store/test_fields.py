@@ -24,7 +24,8 @@ def job_sources() -> list[str]:
     theirs = {f"lib/{lib}.lua" for p in limits for lib in scripts.uses(scripts.SOURCES[p])}
     others = {f"lib/{lib}.lua" for p in set(scripts.SOURCES) - limits for lib in scripts.uses(scripts.SOURCES[p])}
     assert theirs and not theirs & others
-    return [source for p, source in scripts.SOURCES.items() if p not in limits | theirs | schedule_paths() | OTHER_HASHES]
+    skipped = limits | theirs | schedule_paths() | OTHER_HASHES
+    return [source for p, source in scripts.SOURCES.items() if p not in skipped]
 
 
 def schedule_paths() -> set[str]:
