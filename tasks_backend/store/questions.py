@@ -103,7 +103,10 @@ class QuestionIndex:
             digest = self.redis.get(pointer)
             if not digest:
                 return False
-            self.redis.delete(self.keys.answer_link(str(digest)), pointer)
+            pipe = self.redis.pipeline(transaction=False)  # two slots: two commands
+            pipe.delete(self.keys.answer_link(str(digest)))
+            pipe.delete(pointer)
+            pipe.execute()
         return True
 
     def peek_link(self, token: str) -> LinkUse:

@@ -15,12 +15,15 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def job_sources() -> list[str]:
     """Every script but the limits' (`limits/`, and the libraries only they use): their KEYS[1] is an owner's
-    rate hash or an address's failure hash, not a job hash."""
+    rate hash or an address's failure hash, not a job hash; and but the questions' (a link's hash)."""
     limits = {p for p in scripts.SOURCES if p.startswith("limits/")}
     theirs = {f"lib/{lib}.lua" for p in limits for lib in scripts.uses(scripts.SOURCES[p])}
     others = {f"lib/{lib}.lua" for p in set(scripts.SOURCES) - limits for lib in scripts.uses(scripts.SOURCES[p])}
     assert theirs and not theirs & others
-    return [source for p, source in scripts.SOURCES.items() if p not in limits | theirs | schedule_paths()]
+    # The questions' scripts take an answer link's hash (`keys.answer_link`), not a job's.
+    questions = {p for p in scripts.SOURCES if p.startswith("questions/")}
+    return [source for p, source in scripts.SOURCES.items()
+            if p not in limits | theirs | schedule_paths() | questions]
 
 
 def schedule_paths() -> set[str]:
