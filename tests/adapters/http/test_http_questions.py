@@ -9,6 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tasks_backend.running.waking import Waker
+from tasks_backend.service.runtime import Runtime
+from tests.adapters.ui.test_ui_sessions import sign_in
 from tests.conftest import ALICE, BOB, CAROL, DAVE, OPER, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -156,3 +159,40 @@ def test_a_revoked_link_is_refused(http: httpx.Client) -> None:
     assert refused.status_code == 410 and "no longer works" in refused.text
     assert http.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"] == "input_required"
     assert http.get("/ui/answer/not-a-real-token").status_code == 410
+
+
+def test_waiting_for_me_lists_a_question_asked_of_me_and_answers_it(http: httpx.Client, live_url: str) -> None:
+    job_id = ask(http, to=["principal:bob"])
+    with httpx.Client(base_url=live_url, timeout=10) as page:
+        assert sign_in(page, "bob-token").status_code == 303
+        listed = page.get("/ui/waiting").text
+        assert f'data-job="{job_id}"' in listed and "Asked by <strong>alice</strong>" in listed
+        assert "Approve the refund?" in listed
+        assert page.get(f"/ui/jobs/{job_id}").status_code == 404  # the question, never the job's page
+        csrf = re.search(r'name="csrf" value="([^"]+)"', listed)
+        assert csrf
+        sent = page.post(f"/ui/jobs/{job_id}/input", data={"csrf": csrf[1], "from": "waiting", "_action": "accept",
+                                                          "approve.approved": "true"})
+        assert sent.status_code == 303, sent.text
+    assert finished(http, job_id)["answeredBy"]["approve"]["by"] == "bob"
+    with httpx.Client(base_url=live_url, timeout=10) as owner_page:
+        assert sign_in(owner_page, "alice-token").status_code == 303
+        shown = owner_page.get(f"/ui/jobs/{job_id}").text
+    assert re.search(r"<code>approve</code> answered by <strong>bob</strong> <span class=\"hint\">from 127\.0\.0\.1",
+                     shown), shown
+
+
+def test_a_deadline_fires_once_however_many_wakers_see_it(http: httpx.Client, runtime: Runtime) -> None:
+    job_id = ask(http, to=["principal:bob"], deadline_s=60, on_timeout={"approved": False})
+    record = runtime.store.get(job_id)
+    assert record is not None and record.input_requests
+    due = int(record.input_requests["approve"]["params"]["_meta"]["io.tasks-backend/question"]["deadlineMs"])
+    waker = Waker(runtime.store, runtime.dispatcher, runtime.settings)
+    assert waker.time_out_questions(job_id, due - 1) == due  # not yet: look again at the deadline
+    assert http.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"] == "input_required"
+    # Two wakers at once past the deadline: one answer is recorded, the job goes on once.
+    assert waker.time_out_questions(job_id, due + 1) is None
+    assert waker.time_out_questions(job_id, due + 1) is None
+    done = finished(http, job_id)
+    assert done["status"] == "completed" and done["result"] == {"approval": {"approved": False}}
+    assert answer(http, job_id, BOB).status_code == 409
