@@ -11,11 +11,14 @@ import pytest
 
 from tasks_backend.running.waking import Waker
 from tasks_backend.service.runtime import Runtime
+from tests.adapters.a2a.test_a2a import rpc
+from tests.adapters.mcp.clients.rpc import Legacy, Modern
 from tests.adapters.ui.test_ui_sessions import sign_in
 from tests.conftest import ALICE, BOB, CAROL, DAVE, OPER, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 APPROVE = {"approve": {"approved": True}}
+ANSWERED_META = "io.tasks-backend/answeredBy"
 
 
 def ask(http: httpx.Client, **params: Any) -> str:
@@ -196,3 +199,20 @@ def test_a_deadline_fires_once_however_many_wakers_see_it(http: httpx.Client, ru
     done = finished(http, job_id)
     assert done["status"] == "completed" and done["result"] == {"approval": {"approved": False}}
     assert answer(http, job_id, BOB).status_code == 409
+
+
+def test_every_protocol_shows_who_answered(http: httpx.Client) -> None:
+    """HTTP `answeredBy`; MCP (both revisions) the task's `_meta["io.tasks-backend/answeredBy"]`; A2A its metadata."""
+    job_id = ask(http, to=["principal:bob"])
+    # Bob answers over MCP (2026): the same check as over HTTP.
+    Modern(http, "bob-token").result("tasks/update", {"taskId": job_id, "inputResponses": APPROVE})
+    finished(http, job_id)
+    by = {"by": "bob", "at": http.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["answeredBy"]["approve"]["at"]}
+    modern = Modern(http, "alice-token").result("tasks/get", {"taskId": job_id})
+    assert modern["_meta"][ANSWERED_META] == {"approve": by} and "answeredBy" not in modern
+    legacy = Legacy(http, "alice-token")
+    legacy.initialize()
+    assert legacy.result("tasks/get", {"taskId": job_id})["_meta"][ANSWERED_META] == {"approve": by}
+    assert rpc(http, "GetTask", {"id": job_id}).json()["result"]["metadata"]["answeredBy"] == {"approve": by}
+    [entry] = audit_of(http, job_id)
+    assert entry["principal"] == "bob"
