@@ -69,7 +69,7 @@ def question_paths(job_id: dict[str, Any], errors: Callable[..., dict[str, Any]]
             "post": {"summary": "A one-time link that answers the question once, without a token (owner)",
                      "parameters": [job_id, key],
                      "responses": {"201": {"description": "The link", "content": {"application/json": {
-                         "schema": link}}}, **errors("400", "404", "422")}},
+                         "schema": link}}}, **errors("404", "409")}},
             "delete": {"summary": "Revoke the question's link (owner)", "parameters": [job_id, key],
                        "responses": {"204": {"description": "Revoked (or there was none)"},
                                      **errors("404")}}},

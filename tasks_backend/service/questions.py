@@ -13,7 +13,7 @@ from typing import Any
 
 from ..access.auth import Principal
 from ..config import Settings
-from ..errors import InvalidParams, JobNotFound
+from ..errors import JobNotFound, NotWaitingForInput
 from ..model.domain import JobRecord, JobState, rfc3339
 from ..model.questions import PRINCIPAL, ROLE, addressees, routing
 from ..model.wire import handle
@@ -126,7 +126,7 @@ class Questions:
         if record is None or record.owner != principal.name:
             raise JobNotFound()
         if record.state is not JobState.INPUT_REQUIRED or key not in (record.input_requests or {}):
-            raise InvalidParams(f"The job has no open question `{key}`.", extra={"errors": {"key": ["not open"]}})
+            raise NotWaitingForInput(f"The job has no open question `{key}`.")
         return record
 
     def make_link(self, principal: Principal, job_id: str, key: str, base_url: str) -> Link:
