@@ -12,6 +12,8 @@ QUESTION_META = "io.tasks-backend/question"
 PRINCIPAL, ROLE = "principal:", "role:"
 #: The answer the deadline records for an unanswered question (the job then goes on or fails, as it asked).
 TIMEOUT_ACTION = "timeout"
+#: The prefix of the step that records a question's deadline the first time it is asked (`deadline:<key>`).
+DEADLINE_STEP = "deadline:"
 
 
 def check_addressees(to: list[str] | tuple[str, ...] | None) -> list[str]:

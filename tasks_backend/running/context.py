@@ -21,7 +21,7 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import StoreUnavailable
 from ..model.domain import JobRecord, JobState, rfc3339
-from ..model.questions import QUESTION_META, TIMEOUT_ACTION, check_addressees
+from ..model.questions import DEADLINE_STEP, QUESTION_META, TIMEOUT_ACTION, check_addressees
 from ..serving.tracing import JOB_ID, Tracing
 from ..store.connect import through_outage
 from ..store.fields import Change
@@ -225,7 +225,7 @@ class JobContext:
         if deadline is not None and any(recorded.get(k) is None for k in questions):
             # Recorded once: a replay (after a partial answer, a lost worker) keeps the first deadline.
             first = through_outage(self._store.now_ms, self._tolerance) + int(deadline.total_seconds() * 1000)
-            until = {key: int(self.step(f"deadline:{key}", lambda: first)) for key in questions}
+            until = {key: int(self.step(DEADLINE_STEP + key, lambda: first)) for key in questions}
         for key, (message, schema) in questions.items():
             raw = recorded.get(key)
             if raw is None:
@@ -241,7 +241,7 @@ class JobContext:
             answer = json.loads(raw)
             if answer.get("action") == TIMEOUT_ACTION:
                 if on_timeout == "fail":
-                    stamp = self.step(f"deadline:{key}", lambda: 0)
+                    stamp = self.step(DEADLINE_STEP + key, lambda: 0)
                     raise QuestionTimedOut(key, rfc3339(int(stamp)) if stamp else "its deadline")
                 answers[key] = on_timeout
                 continue

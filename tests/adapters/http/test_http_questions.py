@@ -216,3 +216,14 @@ def test_every_protocol_shows_who_answered(http: httpx.Client) -> None:
     assert rpc(http, "GetTask", {"id": job_id}).json()["result"]["metadata"]["answeredBy"] == {"approve": by}
     [entry] = audit_of(http, job_id)
     assert entry["principal"] == "bob"
+
+
+def test_a_rerun_of_a_timed_out_job_asks_again_with_a_deadline_of_its_own(http: httpx.Client) -> None:
+    job_id = ask(http, to=["principal:bob"], deadline_s=1.0, on_timeout="fail")
+    assert finished(http, job_id)["status"] == "failed"
+    rerun = http.post(f"/v1/jobs/{job_id}/rerun", json={"keepSteps": True}, headers=ALICE)
+    assert rerun.status_code == 202, rerun.text
+    again = rerun.json()["taskId"]
+    wait_until(lambda: http.get(f"/v1/jobs/{again}", headers=ALICE).json()["status"] == "input_required")
+    assert answer(http, again, BOB).status_code == 202
+    assert finished(http, again)["status"] == "completed"
