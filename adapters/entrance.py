@@ -190,6 +190,7 @@ class Entrance:
             return self.tracing.span("")
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
         found = trace_context.carrier(environ, RPC_PATHS.get(path) if admitted else None, self.max_body)
+        path = logs.mask_secrets(path)  # an answer link's path is its credential
         return self.tracing.span(trace_context.span_name(method, path), parent=self.tracing.extract(found),
                                  kind=SpanKind.SERVER, start_ns=started, attributes={
                                      "http.request.method": method, "url.path": path,

@@ -17,6 +17,7 @@ from typing import Any
 from werkzeug.datastructures import EnvironHeaders
 
 from tasks_backend.access.auth import Principal
+from tasks_backend.errors import JobNotFound
 from tasks_backend.service.runtime import Runtime
 
 from .a2a import endpoint as a2a
@@ -63,7 +64,11 @@ class FastRoutes:
             return None
         method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
         if method == "GET" and path.startswith(_JOB_PREFIX) and "/" not in path[len(_JOB_PREFIX):]:
-            payload, headers = handle_body(self.service.get(principal, path[len(_JOB_PREFIX):]))
+            try:
+                record = self.service.get(principal, path[len(_JOB_PREFIX):])
+            except JobNotFound:
+                return None  # perhaps asked a question of this job: the full route decides
+            payload, headers = handle_body(record)
             return FastAnswer(200, payload, headers)
         if method != "POST" or path not in ("/v1/jobs", "/mcp", a2a.RPC_PATH):
             return None

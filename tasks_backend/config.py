@@ -86,6 +86,8 @@ class Settings:
     admins: tuple[str, ...] = ()
     #: Principals that may list, cancel and rerun any owner's jobs and act in bulk (never answer for them).
     operators: tuple[str, ...] = ()
+    #: Who holds which role, for questions addressed `role:NAME`: "finance=bob,carol;legal=dave".
+    roles: str = ""
 
     default_ttl_s: float = 86400.0
     max_ttl_s: float = 30 * 86400.0
@@ -192,6 +194,7 @@ class Settings:
             "admins": tuple(a.strip() for a in (e.get("TASKS_BACKEND_ADMINS") or "").split(",") if a.strip()),
             "operators": tuple(a.strip() for a in (e.get("TASKS_BACKEND_OPERATORS") or "").split(",")
                                if a.strip()),
+            "roles": e.get("TASKS_BACKEND_ROLES") or "",
             "audit_retention_s": _duration(e, "TASKS_BACKEND_AUDIT_RETENTION", cls.audit_retention_s),
             "default_ttl_s": _float(e, "TASKS_BACKEND_DEFAULT_TTL", cls.default_ttl_s),
             "max_ttl_s": _float(e, "TASKS_BACKEND_MAX_TTL", cls.max_ttl_s),

@@ -172,7 +172,8 @@ def make_settings(redis_base: str, **overrides: Any) -> Settings:
         "key_prefix": f"tbtest{suffix}",
         "queue": f"tbtest{suffix}",
         "job_modules": JOB_MODULES,
-        "tokens": "alice:alice-token,bob:bob-token,ops:ops-token,oper:oper-token",
+        "tokens": "alice:alice-token,bob:bob-token,ops:ops-token,oper:oper-token,carol:carol-token,dave:dave-token",
+        "roles": "finance=dave",
         "admins": ("ops",),
         "operators": ("oper",),
         "lease_s": 3.0,
@@ -248,6 +249,9 @@ BOB = bearer("bob-token")
 OPS = bearer("ops-token")
 #: An operator (`TASKS_BACKEND_OPERATORS`): acts on any owner's jobs, answers none of their questions.
 OPER = bearer("oper-token")
+#: Principals that own nothing in most tests: `dave` holds the role `finance`, `carol` no role.
+CAROL = bearer("carol-token")
+DAVE = bearer("dave-token")
 
 
 #: Starts the app built from some settings over real HTTP (a web server of its own, stopped after the test).

@@ -9,7 +9,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
 
 from tasks_backend.access.auth import Principal
-from tasks_backend.errors import BadRequest
+from tasks_backend.errors import BadRequest, JobNotFound
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.timing import DELAY_MS, PRIORITY, RUN_AT, from_wire
 from tasks_backend.model.wire import detailed, handle, wire_json
@@ -110,7 +110,11 @@ def list_jobs() -> Response:
 
 @bp.get("/jobs/<job_id>")
 def get_job(job_id: str) -> Response:
-    return _handle_response(_service().get(g.principal, job_id), 200)
+    try:
+        return _handle_response(_service().get(g.principal, job_id), 200)
+    except JobNotFound:  # someone a question is addressed to sees the handle only (`service.questions`)
+        view = _service().questions.view(g.principal, job_id)
+        return Response(wire_json(view), status=200, mimetype="application/json")
 
 
 @bp.get("/jobs/<job_id>/result")
@@ -129,7 +133,8 @@ def cancel(job_id: str) -> Response:
 @bp.post("/jobs/<job_id>/input")
 def provide_input(job_id: str) -> Response:
     body = json_body()
-    return _handle_response(_service().provide_input(g.principal, job_id, body.get("inputResponses")), 202)
+    record = _service().provide_input(g.principal, job_id, body.get("inputResponses"))
+    return _handle_response(record, 202, _service().questions.for_caller(g.principal, record))
 
 
 @bp.get("/jobs/<job_id>/events")

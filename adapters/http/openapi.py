@@ -13,6 +13,7 @@ from tasks_backend.service.runtime import Runtime
 from ..protocol import Adapter
 from . import audit, webhooks
 from .operate import FILTER_PARAMETERS, operate_paths
+from .questions import question_paths
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -41,6 +42,10 @@ _HANDLE = {
         "runAt": {"type": "string", "format": "date-time"},
         "rerunOf": {"type": "string", "format": "uuid",
                     "description": "The failed or cancelled job this one reruns (reruns only)."},
+        "answeredBy": {"type": "object", "description": "Per question key, who answered it (`by`) and when (`at`).",
+                       "additionalProperties": {"type": "object", "properties": {
+                           "by": {"type": "string"}, "at": {"type": "string", "format": "date-time"}}}},
+        "owner": {"type": "string", "description": "Who asked (shown to someone a question is addressed to)."},
     },
 }
 
@@ -172,6 +177,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
         **operate_paths(job_id, _answer, _errors),
+        **question_paths(job_id, _errors),
         **_schedule_paths([spec.name for spec in runtime.registry]),
         **webhook_paths,
         **audit.PATHS,

@@ -44,12 +44,14 @@ SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
 PARENT_META = "io.tasks-backend/parentId"
 #: The `_meta` key of a task that names the job it reruns (the handle's `rerunOf`).
 RERUN_META = "io.tasks-backend/rerunOf"
+#: The `_meta` key of a task that says who answered its questions (the handle's `answeredBy`).
+ANSWERED_META = "io.tasks-backend/answeredBy"
 
 
 def parent_in_meta(task: dict[str, Any]) -> dict[str, Any]:
     """A task built from the shared handle, with `parentId` and `rerunOf` moved into its `_meta` (MCP's Task has no
     such fields)."""
-    for name, meta in (("parentId", PARENT_META), ("rerunOf", RERUN_META)):
+    for name, meta in (("parentId", PARENT_META), ("rerunOf", RERUN_META), ("answeredBy", ANSWERED_META)):
         value = task.pop(name, None)
         if value is not None:
             task.setdefault("_meta", {})[meta] = value

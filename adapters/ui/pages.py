@@ -9,6 +9,7 @@ credential, and its rights are read at each request. Every POST carries the sess
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import secrets
@@ -21,7 +22,7 @@ from werkzeug.exceptions import Forbidden, HTTPException
 from werkzeug.http import parse_cookie
 
 from tasks_backend.access.auth import Principal
-from tasks_backend.errors import InvalidParams, Unauthenticated
+from tasks_backend.errors import InvalidParams, JobNotFound, Unauthenticated
 from tasks_backend.model.domain import JobRecord, JobState, rfc3339
 from tasks_backend.model.states import STATES_FOR_STATUS, WIRE_STATUS
 from tasks_backend.service.jobs import JobService
@@ -43,7 +44,8 @@ PAGE_SIZE = 20
 #: Longest result shown on the page; the API serves all of it.
 RESULT_SHOWN_CHARS = 20_000
 NOTICES = {"answered": "Your answer was sent.", "declined": "You declined to answer."}
-_PUBLIC_ENDPOINTS = frozenset({"ui.signin", "ui.static"})
+#: A one-time answer link's page is its own credential (`answer_link`).
+_PUBLIC_ENDPOINTS = frozenset({"ui.signin", "ui.static", "ui.link_question", "ui.link_answer"})
 
 bp = Blueprint("ui", __name__, url_prefix=PREFIX, template_folder="templates", static_folder="static/ui",
                static_url_path="/static")
@@ -229,8 +231,33 @@ def schedules() -> str:
 def waiting() -> str:
     records, more = _service().list(g.principal, status="input_required", limit=PAGE_SIZE,
                                     cursor=request.args.get("cursor") or None)
-    return render_template("ui/waiting.html", jobs=[_view(r) for r in records], next_cursor=more,
-                           notice=NOTICES.get(request.args.get("notice", "")))
+    return render_template("ui/waiting.html", jobs=_addressed_views() + [_view(r) for r in records],
+                           next_cursor=more, notice=NOTICES.get(request.args.get("notice", "")))
+
+
+def _addressed(job_id: str) -> JobRecord:
+    """Another owner's job with only its open questions addressed to the caller (`service.questions`)."""
+    service = _service()
+    record = service.store.get(job_id)
+    if record is None:
+        raise JobNotFound()
+    keys = service.questions.answerable(g.principal, record) or set()
+    return dataclasses.replace(record, input_requests={
+        k: v for k, v in (record.input_requests or {}).items() if k in keys})
+
+
+def _addressed_views() -> list[dict[str, Any]]:
+    """Other owners' jobs waiting on the caller, asked directly or by a role, first in "Waiting for me"."""
+    ids = dict.fromkeys(q["jobId"] for q in _service().questions.open_for(g.principal))
+    out = []
+    for job_id in ids:
+        try:
+            record = _addressed(job_id)
+        except JobNotFound:
+            continue
+        if record.owner != g.principal.name and record.input_requests:
+            out.append(_view(record) | {"owner": record.owner})
+    return out
 
 
 @bp.get("/jobs/<job_id>")
@@ -253,8 +280,11 @@ def cancel(job_id: str) -> str:
 @bp.post("/jobs/<job_id>/input")
 def answer(job_id: str) -> Response | tuple[str, int]:
     service = _service()
-    record = service.get(g.principal, job_id)
-    back = "job" if request.form.get("from") == "job" else "waiting"
+    try:
+        record = service.get(g.principal, job_id)
+    except JobNotFound:
+        record = _addressed(job_id)  # asked of the caller: only its questions, and never the job page
+    back = "job" if request.form.get("from") == "job" and record.owner == g.principal.name else "waiting"
     questions = ui_forms.questions_of(record.input_requests)
     responses = ui_forms.answers_from_form(questions, request.form)
     try:
@@ -293,7 +323,9 @@ def _view(record: JobRecord) -> dict[str, Any]:
 
 def _job_page(record: JobRecord, *, notice: str | None = None, answering: dict[str, Any] | None = None) -> str:
     view = _view(record)
-    view.update(expires=rfc3339(record.expires_ms), poll_ms=record.poll_ms, attempts=record.attempts,
+    view.update(answered=[{"key": k, "by": v.get("by"), "at": rfc3339(int(v.get("at") or 0)), "address": v.get("from")}
+                          for k, v in sorted((record.answered_by or {}).items())],
+                expires=rfc3339(record.expires_ms), poll_ms=record.poll_ms, attempts=record.attempts,
                 result=_shown(record.result) if record.state is JobState.COMPLETED else None,
                 error=(record.error or {"message": "Job failed."}) if record.state is JobState.FAILED else None)
     timeline, last_event = _timeline(record)

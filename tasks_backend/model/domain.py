@@ -116,6 +116,8 @@ class JobRecord:
     queued_ms: int = field(default=0, compare=False)
     #: The failed or cancelled job this one reruns (None: not a rerun).
     rerun_of: str | None = None
+    #: Who answered each question: key -> {"by": principal or "link:<id>", "at": Redis ms, "from": address}.
+    answered_by: dict[str, Any] | None = None
 
     @property
     def params(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from .states import WIRE_STATUS
 
 def handle(record: JobRecord) -> dict[str, Any]:
     """The task handle: the same fields in HTTP, MCP 2026 and (renamed) MCP 2025 (MCP moves `parentId`, the job
-    that spawned this one, and `rerunOf`, the job it reruns, into the task's `_meta`)."""
+    that spawned this one, `rerunOf`, the job it reruns, and `answeredBy` into the task's `_meta`)."""
     out: dict[str, Any] = {
         "taskId": record.id,
         "status": WIRE_STATUS[record.state],
@@ -31,7 +31,15 @@ def handle(record: JobRecord) -> dict[str, Any]:
         out["parentId"] = record.parent_id
     if record.rerun_of:
         out["rerunOf"] = record.rerun_of
+    if record.answered_by:
+        out["answeredBy"] = answered_by(record.answered_by)
     return out
+
+
+def answered_by(raw: dict[str, Any]) -> dict[str, Any]:
+    """Who answered each question and when (the address is kept for the owner's page and the audit trail)."""
+    return {key: {"by": str(v.get("by", "")), "at": rfc3339(int(v.get("at") or 0))}
+            for key, v in sorted(raw.items()) if isinstance(v, dict)}
 
 
 def detailed(record: JobRecord) -> dict[str, Any]:

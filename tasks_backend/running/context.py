@@ -13,7 +13,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from marshmallow import Schema
@@ -21,6 +21,7 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import StoreUnavailable
 from ..model.domain import JobRecord, JobState, rfc3339
+from ..model.questions import DEADLINE_STEP, QUESTION_META, TIMEOUT_ACTION, check_addressees
 from ..serving.tracing import JOB_ID, Tracing
 from ..store.connect import through_outage
 from ..store.fields import Change
@@ -52,9 +53,19 @@ class HandedBack(BaseException):
 
 
 class _Parked(BaseException):
-    def __init__(self, requests: dict[str, Any], message: str) -> None:
+    def __init__(self, requests: dict[str, Any], message: str, wake_in_ms: int | None = None) -> None:
         self.requests = requests
         self.message = message
+        #: The earliest deadline among the questions, from now (None: none has one).
+        self.wake_in_ms = wake_in_ms
+
+
+class QuestionTimedOut(Exception):
+    """Raised by `ctx.ask` when a question with `on_timeout="fail"` was not answered by its deadline."""
+
+    def __init__(self, key: str, deadline: str) -> None:
+        self.key, self.deadline = key, deadline
+        super().__init__(f"question {key} not answered by {deadline}")
 
 
 class _Suspend(BaseException):
@@ -195,23 +206,45 @@ class JobContext:
         """A key stable across every replay of this job, for downstream APIs that deduplicate."""
         return hashlib.sha256(f"{self.job_id}:{name}".encode()).hexdigest()[:32]
 
-    def ask(self, key: str, message: str, schema: Form = None) -> Any:
-        """The answer to `key` if one was given (None if declined); otherwise park the job and ask."""
-        return self.ask_all({key: (message, schema)})[key]
+    def ask(self, key: str, message: str, schema: Form = None, *, to: Sequence[str] | None = None,
+            deadline: dt.timedelta | None = None, on_timeout: Any = "fail") -> Any:
+        """The answer to `key` if one was given (None if declined); otherwise park the job and ask.
 
-    def ask_all(self, questions: dict[str, tuple[str, Form]]) -> dict[str, Any]:
-        """Ask several questions at once; the job resumes when every one of them is answered."""
+        `to`: who else may answer ("principal:NAME", "role:NAME"; the owner always may). `deadline`: when it
+        passes unanswered, the answer is `on_timeout`, or with "fail" the job fails (`QuestionTimedOut`)."""
+        return self.ask_all({key: (message, schema)}, to=to, deadline=deadline, on_timeout=on_timeout)[key]
+
+    def ask_all(self, questions: dict[str, tuple[str, Form]], *, to: Sequence[str] | None = None,
+                deadline: dt.timedelta | None = None, on_timeout: Any = "fail") -> dict[str, Any]:
+        """Ask several questions at once; the job resumes when every one of them is answered (or timed out)."""
+        addressed = check_addressees(list(to) if to is not None else None)
         recorded = through_outage(lambda: self._store.answers(self.job_id, list(questions)), self._tolerance)
         answers: dict[str, Any] = {}
         missing: dict[str, Any] = {}
+        until: dict[str, int] = {}
+        if deadline is not None and any(recorded.get(k) is None for k in questions):
+            # Recorded once: a replay (after a partial answer, a lost worker) keeps the first deadline.
+            first = through_outage(self._store.now_ms, self._tolerance) + int(deadline.total_seconds() * 1000)
+            until = {key: int(self.step(DEADLINE_STEP + key, lambda: first)) for key in questions}
         for key, (message, schema) in questions.items():
             raw = recorded.get(key)
             if raw is None:
-                missing[key] = {"method": "elicitation/create",
-                                "params": {"mode": "form", "message": message,
-                                           "requestedSchema": self._executor.registry.form_schema(schema)}}
+                params: dict[str, Any] = {"mode": "form", "message": message,
+                                          "requestedSchema": self._executor.registry.form_schema(schema)}
+                routing: dict[str, Any] = {"to": addressed} if addressed else {}
+                if key in until:
+                    routing.update(deadline=rfc3339(until[key]), deadlineMs=until[key])
+                if routing:
+                    params["_meta"] = {QUESTION_META: routing}
+                missing[key] = {"method": "elicitation/create", "params": params}
                 continue
             answer = json.loads(raw)
+            if answer.get("action") == TIMEOUT_ACTION:
+                if on_timeout == "fail":
+                    stamp = self.step(DEADLINE_STEP + key, lambda: 0)
+                    raise QuestionTimedOut(key, rfc3339(int(stamp)) if stamp else "its deadline")
+                answers[key] = on_timeout
+                continue
             answers[key] = answer.get("content") if answer.get("action") == "accept" else None
         if answers and self._executor.tracing.enabled:
             self._executor.tracing.record("answered", time.time_ns(), attributes={
@@ -220,8 +253,16 @@ class JobContext:
             # Only the questions' names: their messages may quote the job's data.
             self._executor.tracing.record("question", time.time_ns(), attributes={
                 JOB_ID: self.job_id, "tasks_backend.question.keys": sorted(missing)})
-            first = next(iter(missing.values()))["params"]["message"]
-            raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
+            if addressed:  # before the park: an index entry is read through the job, never ahead of it
+                through_outage(lambda: self._store.note_asked(self.job_id, addressed, self._store.now_ms()),
+                               self._tolerance)
+            wake_in: int | None = None
+            if until:
+                now = through_outage(self._store.now_ms, self._tolerance)
+                wake_in = max(0, min(until[k] for k in missing) - now)
+            first_message = next(iter(missing.values()))["params"]["message"]
+            raise _Parked(missing, first_message if len(missing) == 1 else f"{len(missing)} questions need answers.",
+                          wake_in)
         return answers
 
     # -- waiting ---------------------------------------------------------------

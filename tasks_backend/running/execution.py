@@ -209,7 +209,8 @@ class Executor:
             return self._park(record, token, waiting)
         except _Parked as parked:
             return self._finish(record, token, JobState.INPUT_REQUIRED,
-                                Change.parked(json.dumps(parked.requests), parked.message))
+                                Change.parked(json.dumps(parked.requests), parked.message),
+                                wake_in_ms=parked.wake_in_ms)
         except CancellationRequested:
             return self._cancelled(record)
         except LeaseLost:
@@ -263,7 +264,7 @@ class Executor:
         return "handed back"  # the runner task logs it
 
     def _finish(self, record: JobRecord, token: int, target: JobState, change: Change,
-                sweep_in_ms: int | None = None) -> str:
+                sweep_in_ms: int | None = None, wake_in_ms: int | None = None) -> str:
         terminal = target in TERMINAL_STATES
         # One request id across the retries below: a retry of a change that was applied answers "ok".
         request_id = new_request_id()
@@ -271,7 +272,7 @@ class Executor:
         leave = self.admission.leaving(record, target.value, self.registry.get)
         outcome, _, at = through_outage(lambda: self.store.transition(
             record.id, target, token=token, change=change, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
-            request_id=request_id, leave=leave), self.settings.lease_s * 10)
+            request_id=request_id, leave=leave, wake_in_ms=wake_in_ms), self.settings.lease_s * 10)
         if outcome is Moved.CANCELLED:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome is not Moved.OK:

@@ -2,6 +2,7 @@
 
 `Waker.wake` is the one function that makes a parked job (`suspended`) runnable again; it and the answers that
 resume a job asking for input (`JobService.provide_input`) both pass the job to the dispatch gate's `resume`.
+A question's deadline is on the same schedule: `Waker.time_out_questions` answers what is overdue.
 `Waker.wake_due` is the wake-at-time logic: it reads the wake schedule (`keys.wake`) a few times a second, in
 every worker's main process and in every sweeper. A parent is woken by the child that finished last (the child
 writes its end, then reads the parent; the parent writes its park, then reads its children: whichever comes
@@ -11,14 +12,16 @@ waiting parent's children every `CHILDREN_CHECK_MS`.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
 from ..config import Settings
 from ..errors import ServiceUnavailable
 from ..model.domain import JobState
+from ..model.questions import TIMEOUT_ACTION, deadline_ms
 from ..store.jobs import RedisStore
-from ..store.outcomes import Woken
+from ..store.outcomes import Answered, Woken
 from .admission import DispatchGate
 from .context import CHILDREN_CHECK_MS
 from .dispatch import Dispatcher
@@ -26,6 +29,8 @@ from .dispatch import Dispatcher
 log = logging.getLogger(__name__)
 #: How often `run_forever` looks for sleepers whose time came (seconds).
 WAKE_INTERVAL_S = 0.2
+#: The answer a passed deadline records (`ctx.ask` then answers `on_timeout`, or fails the job).
+TIMED_OUT = json.dumps({"action": TIMEOUT_ACTION})
 
 
 class Waker:
@@ -76,11 +81,32 @@ class Waker:
                         woken += self.wake(job_id, waiting.token, waiting.operation) is Woken.QUEUED
                     else:
                         at = now + CHILDREN_CHECK_MS
+                elif waiting is not None and waiting.state is JobState.INPUT_REQUIRED:
+                    at = self.time_out_questions(job_id, now)
                 settled.append((job_id, score, at))
             self.store.settle_wakes(settled)
             if len(due) < self.batch:
                 break
         return woken
+
+    def time_out_questions(self, job_id: str, now: int) -> int | None:
+        """Record the deadline's answer for each of the job's open questions whose deadline passed (Redis's
+        clock), resuming the job once none is left open; returns when to look again (the next deadline), or
+        None. Applied twice, the same: an answer is recorded once, and a person's answer that came first stands."""
+        record = self.store.get(job_id)
+        if record is None or record.state is not JobState.INPUT_REQUIRED:
+            return None
+        deadlines = {key: d for key, request in (record.input_requests or {}).items()
+                     if (d := deadline_ms(request)) is not None}
+        due = {key: TIMED_OUT for key, d in deadlines.items() if d <= now}
+        later = [d for d in deadlines.values() if d > now]
+        if due:
+            outcome, _ = self.store.provide_input(job_id, record.owner, due, by=TIMEOUT_ACTION,
+                                                  sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+            if outcome is Answered.QUEUED:
+                self.gate.resume(job_id, record.operation)
+                return None
+        return min(later) if later else None
 
     def run_forever(self, stop: threading.Event) -> None:
         while not stop.is_set():

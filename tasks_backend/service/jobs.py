@@ -17,6 +17,7 @@ from typing import Any
 
 from ..access.auth import Principal
 from ..access.policy import Limits, NoLimits
+from ..access.request import current as request_context
 from ..config import Settings
 from ..errors import (
     BadRequest,
@@ -48,6 +49,7 @@ from .bulk import Bulk
 from .children import after_cancel
 from .cursors import valid_id
 from .filters_reads import FilteredReads
+from .questions import Questions
 from .reads import as_principal
 from .rerun import RerunOf, Reruns
 
@@ -76,6 +78,8 @@ class JobService(FilteredReads, Reruns, Bulk):
         self.admission = DispatchGate(store, dispatcher, settings)
         #: Where cancels, answers and the other actions of callers are recorded (see `service.audit`).
         self.audit = Audit(store, settings)
+        #: Who besides the owner may answer a job's questions, and one-time answer links (`service.questions`).
+        self.questions = Questions(store, settings)
         #: Spans of submits and answers (set by `runtime.build_runtime`).
         self.tracing = Tracing.off()
 
@@ -210,31 +214,34 @@ class JobService(FilteredReads, Reruns, Bulk):
         after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
         return record
 
-    def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
-        """Record answers to open input requests; once all are answered the job resumes."""
+    def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,
+                      only: set[str] | None = None) -> JobRecord:
+        """Record answers to open input requests; once all are answered the job resumes. The owner answers any,
+        an addressee those addressed to it (`service.questions`); `only`: these keys, whoever asks (a link)."""
         if not self.tracing.enabled:
-            return self._provide_input(who, job_id, responses)
+            return self._provide_input(who, job_id, responses, only)
         with self.tracing.span("answer", attributes=job_attributes(job_id, None, as_principal(who).name)):
-            record = self._provide_input(who, job_id, responses)
+            record = self._provide_input(who, job_id, responses, only)
             self.tracing.annotate({OPERATION: record.operation, "tasks_backend.job.state": record.state.value})
             self.tracing.link(record.trace)  # the job's own trace, which the caller's need not be
             return record
 
-    def _provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
+    def _provide_input(self, who: Principal | str, job_id: str, responses: Any, only: set[str] | None) -> JobRecord:
         principal = as_principal(who)
         if not isinstance(responses, dict) or not responses:
             raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
         record = self.store.get(job_id) if valid_id(job_id) else None
-        if record is None or record.owner != principal.name:
+        if record is None:
             raise JobNotFound()
-        if record.state is not JobState.INPUT_REQUIRED:
+        allowed = only if only is not None else self.questions.answerable(principal, record)
+        if record.state is not JobState.INPUT_REQUIRED or allowed == set():
             raise NotWaitingForInput()
         requests = record.input_requests or {}
         answers: dict[str, str] = {}
         problems: dict[str, list[str]] = {}
         for key, value in responses.items():
-            if key not in requests:
-                continue  # unknown or superseded keys are ignored, as the MCP extension asks
+            if key not in requests or (allowed is not None and key not in allowed):
+                continue  # unknown, superseded or not the caller's keys are ignored, as the MCP extension asks
             answer = normalize_answer(value)
             schema = requests[key].get("params", {}).get("requestedSchema") or {}
             issues = check_answer(schema, answer)
@@ -246,8 +253,10 @@ class JobService(FilteredReads, Reruns, Bulk):
         if answers:
             # The sweep entry is written with the move into `queued`: if this process dies before the
             # publish below, the sweeper publishes once the grace has passed.
+            context = request_context()
             outcome, _ = self.store.provide_input(job_id, record.owner, answers,
-                                                  sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+                                                  sweep_in_ms=int(1000 * self.settings.queued_grace_s),
+                                                  by=principal.name, address=context.address if context else "")
             if outcome is Answered.MISSING:
                 raise JobNotFound()
             if outcome is Answered.CONFLICT:
@@ -260,7 +269,7 @@ class JobService(FilteredReads, Reruns, Bulk):
                 if resumed is not None:
                     self.admission.resume(resumed.id, resumed.operation)
                     return resumed
-        return self.get(principal, job_id)
+        return self.store.get(job_id) or record
 
     # -- follow ----------------------------------------------------------------
     @property

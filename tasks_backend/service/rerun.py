@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from ..access.auth import Principal
 from ..errors import JobNotFinished, JobNotFound
 from ..model.domain import JobRecord, JobState, SubmitOutcome
+from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
 from ..store.jobs import RedisStore
 from .audit import Audit
@@ -67,6 +68,8 @@ class Reruns:
         if original.state not in RERUNNABLE:
             raise JobNotFinished(f"The job is {original.state.value}; only a failed or cancelled job can be rerun.")
         steps = self.store.recorded_steps(job_id) if keep_steps else {}
+        # A question's deadline is the original's: the rerun asks afresh, with a deadline of its own.
+        steps = {name: value for name, value in steps.items() if not name.startswith(DEADLINE_STEP)}
         record, outcome = self._submit(
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,
             original.ttl_ms / 1000, Timing(priority=original.priority), None,

@@ -33,7 +33,9 @@ CLIENT_ADDRESS = "tasks_backend.client_address"
 _QUIET = ("httpx", "httpcore", "celery.worker.strategy")
 
 
-_SECRET_HINTS = ("bearer", "authorization", "basic", "token")
+_SECRET_HINTS = ("bearer", "authorization", "basic", "token", "/ui/answer/")
+#: A one-time answer link's path is its credential (`adapters.ui.answer_link`): access lines show it redacted.
+_LINK = re.compile(r"(/ui/answer/)([^\s\"'?/]+)")
 
 
 def mask_secrets(text: str) -> str:
@@ -42,7 +44,7 @@ def mask_secrets(text: str) -> str:
     lowered = text.lower()
     if not any(hint in lowered for hint in _SECRET_HINTS):
         return text
-    return _SECRETS.sub(lambda m: m.group(1) + "[redacted]", text)
+    return _LINK.sub(r"\1[redacted]", _SECRETS.sub(lambda m: m.group(1) + "[redacted]", text))
 
 
 def bind(task_id: str | None, operation: str | None) -> None:

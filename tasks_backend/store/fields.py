@@ -61,6 +61,7 @@ FIELDS: tuple[Field, ...] = (
     Field("rerun", "the failed or cancelled job this one reruns", "submit, create"),
     Field("wake", "until when a sleeping job waits (Redis ms)", "transition (suspended); wake drops it"),
     Field("kids", "the child jobs a waiting job waits for, JSON ids", "transition (suspended); wake drops it"),
+    Field("ansby", "who answered each question: JSON key -> {by, at (Redis ms), from (address)}", "input"),
     Field("trace", "the submit's trace context, a W3C traceparent (absent: not traced)", "submit, create"),
 )
 
@@ -145,6 +146,7 @@ def record(job_id: str, raw: Mapping[str, str], queued_ms: int = 0) -> JobRecord
         priority=int(raw.get("prio") or DEFAULT_PRIORITY),
         trace=raw.get("trace") or None,
         queued_ms=queued_ms,
+        answered_by=js("ansby"),
     )
 
 

@@ -21,9 +21,11 @@ from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
+from .indexes import IndexPages
 from .keys import Keys
 from .operate import OperateStore
 from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
+from .questions import QuestionIndex
 from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
 from .sweeps import SweepSchedule
@@ -41,7 +43,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore):
+class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, OperateStore, QuestionIndex):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -190,39 +192,6 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore):
             except redis.WatchError:
                 pass
 
-    def owner_page(self, owner: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
-        """Up to `count` (id, index score) of an owner's jobs, newest first, strictly after the cursor."""
-        return self.index_page(self.keys.owner_index(owner), before, count)
-
-    def children_page(self, parent_id: str, before: tuple[float, str] | None,
-                      count: int) -> list[tuple[str, float]]:
-        """The same for a parent's children (`Waits.index_child`)."""
-        return self.index_page(self.keys.children(parent_id), before, count)
-
-    def index_page(self, key: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
-        top = "+inf" if before is None else repr(before[0])
-        with redis_errors():
-            rows = self.redis.zrevrangebyscore(key, top, "-inf", start=0, num=count + 64, withscores=True)
-        out: list[tuple[str, float]] = []
-        for member, score in rows:
-            entry = (str(member), float(score))
-            if before is not None and (entry[1], entry[0]) >= (before[0], before[1]):
-                continue
-            out.append(entry)
-            if len(out) == count:
-                break
-        return out
-
-    def owner_count(self, owner: str) -> int:
-        """How many jobs an owner's index holds (O(1)); entries of expired jobs stay until a listing passes them."""
-        with redis_errors():
-            return int(self.redis.zcard(self.keys.owner_index(owner)))
-
-    def forget_for_owner(self, owner: str, job_ids: Sequence[str]) -> None:
-        if job_ids:
-            with redis_errors():
-                self.redis.zrem(self.keys.owner_index(owner), *job_ids)
-
     def states_of(self, job_ids: Sequence[str]) -> list[JobState | None]:
         """Each job's state (None: gone), in one round trip."""
         return job_states(self.redis, self.keys, job_ids)
@@ -242,36 +211,42 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore):
     # first run did. Times are Redis's own (see `scripts`).
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
                    change: Change | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
-                   request_id: str | None = None, leave: GateLeave | None = None) -> tuple[Moved, str, int]:
+                   request_id: str | None = None, leave: GateLeave | None = None,
+                   wake_in_ms: int | None = None) -> tuple[Moved, str, int]:
         """Move a job to `target` if the state table allows it (and the token still fences it), writing `change`.
 
         Returns (outcome, state before, Redis time of the change or 0): ok | missing | fenced | cancelled
         (the owner cancelled this token's run) | illegal. A job that leaves the queue for good (finished)
         is taken off the sweep schedule in the same round trip; `unschedule=False` leaves that to the
         caller (workers batch it, see `unschedule_finished`). A move into `queued` must pass
-        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script. `leave` (a single
-        Redis, a run's end): the job leaves the dispatch gate in the same script (`AdmissionStore.gate_finish`)."""
+        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script; so is the wake
+        schedule's entry with `wake_in_ms` (a question's deadline, see `running.waking`). `leave` (a single
+        Redis, a run's end without either): the job leaves the dispatch gate in the same script
+        (`AdmissionStore.gate_finish`); otherwise `leave.taken` stays false and the caller leaves it."""
         args = [request_id or new_request_id(), "" if token is None else token, target.value,
                 ",".join(sources_of(target)), owner, *(change.pairs() if change else ())]
         if target is JobState.QUEUED and sweep_in_ms is None:
             raise ValueError("a move into queued needs its sweep entry")
         drop = unschedule and target in TERMINAL_STATES
-        if leave is not None and not drop and sweep_in_ms is None:
+        if leave is not None and not drop and sweep_in_ms is None and wake_in_ms is None:
             outcome, before, at, leave.released = self.gate_finish(leave.call, job_id, args, final=leave.final)
             leave.taken = True
             return outcome, before, at
-        if not drop and sweep_in_ms is None:
+        if not drop and sweep_in_ms is None and wake_in_ms is None:
             outcome, before, at = self._job("transition", job_id, *args)
             return Moved(outcome), str(before), int(at)
 
         def build(p: Any) -> None:
             if sweep_in_ms is not None:
                 self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
+            if wake_in_ms is not None:
+                self._schedule_in(p, self.keys.wake(), [(job_id, max(0, wake_in_ms))])
             self._eval(p, "transition", self.keys.job_keys(job_id), *args)
             if drop:
                 p.zrem(self.keys.sweep(), job_id)
 
-        outcome, before, at = self._run(build, in_order=sweep_in_ms is not None)[0 if sweep_in_ms is None else 1]
+        before_script = (sweep_in_ms is not None) + (wake_in_ms is not None)
+        outcome, before, at = self._run(build, in_order=before_script > 0)[before_script]
         return Moved(outcome), str(before), int(at)
 
     def unschedule_finished(self, job_ids: Sequence[str], also: Callable[[Any], None] | None = None) -> None:
@@ -353,18 +328,20 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore):
         return Cancelled(self._job("cancel", job_id, request_id or new_request_id(), owner))
 
     def provide_input(self, job_id: str, owner: str, answers: dict[str, str], *, sweep_in_ms: int,
-                      request_id: str | None = None) -> tuple[Answered, int]:
+                      request_id: str | None = None, by: str | None = None,
+                      address: str = "") -> tuple[Answered, int]:
         """Record answers: (queued | waiting | conflict | missing, questions still open).
 
         The job is put on the sweep schedule (due in `sweep_in_ms`) in the same round trip, before the
         script: a job the answers move to `queued` is never without an entry, whatever happens to the
-        caller next. (The sweeper drops the entry of a job that stayed parked.)"""
+        caller next. (The sweeper drops the entry of a job that stayed parked.) `by` (default: the owner) and
+        `address` are noted with each answer recorded (`answered_by`)."""
         rid = request_id or new_request_id()
         pairs = [x for kv in answers.items() for x in kv]
 
         def build(p: Any) -> None:
             self._schedule_in(p, self.keys.sweep(), [(job_id, sweep_in_ms)])
-            self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, *pairs)
+            self._eval(p, "input", self.keys.job_keys(job_id), rid, owner, by or owner, address, *pairs)
 
         outcome, still_open = self._run(build, in_order=True)[1]
         return Answered(outcome), int(still_open)

@@ -117,6 +117,21 @@ class Keys:
         since the address and the owner hash to different Redis Cluster slots."""
         return f"{self.prefix}:{{a:{_digest(address, 12)}}}:authfail"
 
+    # -- questions (each expires at the TTL ceiling, renewed by every write) --------------------------------
+    def questions_for(self, addressee: str) -> str:
+        """The jobs that asked `addressee` ("principal:NAME" or "role:NAME") a question (sorted set: job id ->
+        Redis ms of the ask); read through the job, so an entry outlives its question harmlessly."""
+        return f"{self.prefix}:{{q:{_digest(addressee, 12)}}}:asked"
+
+    def answer_link(self, digest: str) -> str:
+        """A one-time answer link (hash: `job`, `key`, `id`, `until`, `used`), by the digest of its token; expires
+        with the link."""
+        return f"{self.prefix}:{{l:{digest[:24]}}}:link"
+
+    def answer_link_of(self, job_id: str, key: str) -> str:
+        """The digest of the live answer link of one question (a string), under the job's tag; expires with it."""
+        return f"{self.prefix}:{{{job_id}}}:link:{_digest(key)}"
+
     # -- the whole system ---------------------------------------------------------------------------
     sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
     #: waiting jobs to look at again (`running.waking`): a sleeper at its time, a parent now and then (ms)

@@ -38,7 +38,7 @@ def test_the_codes_each_protocol_answers_with() -> None:
 def test_the_app_serves_every_adapter_module() -> None:
     names = {a.name for a in protocol.registered()}
     assert names == {"http", "mcp", "a2a", "observability", "openapi", "operate", "schedules", "ui", "audit",
-                     "webhook"}
+                     "webhook", "questions"}
     assert protocol.rpc_codes() == {"/mcp": mcp_shared.CODES, "/a2a": a2a.CODES}
     assert protocol.public_paths() == {"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"}
 

@@ -97,6 +97,8 @@ def test_json_logs_name_the_job_and_mask_tokens() -> None:
     assert "abc.def" not in line["message"] and "[redacted]" in line["message"]
     assert "taskId" not in json.loads(formatter.format(record))
     assert "s3cret" not in mask_secrets("--basic-auth=ops:s3cret")
+    # A one-time answer link's path is its credential.
+    assert mask_secrets('"POST /ui/answer/Zx-9_ab HTTP/1.1" 200') == '"POST /ui/answer/[redacted] HTTP/1.1" 200'
 
 
 def test_a_worker_logs_with_task_id(worker: Any, runtime: Runtime, caplog: Any) -> None:

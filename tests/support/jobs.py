@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +318,20 @@ def limited(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str 
             seconds: float) -> dict[str, Any]:
     """`test.mark`, at most two at once per customer."""
     return _marked(ctx, ledger, tag, hold, seconds)
+
+
+class RoutedParams(Schema):
+    to = fields.List(fields.String(), load_default=list)
+    deadline_s = fields.Float(load_default=None, allow_none=True)
+    on_timeout = fields.Raw(load_default="fail", allow_none=True)
+
+
+APPROVAL_FORM = {"type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"]}
+
+
+@job("test.ask_routed", params=RoutedParams, ttl=600, poll_interval=0.1)
+def ask_routed(ctx: JobContext, to: list[str], deadline_s: float | None, on_timeout: Any) -> dict[str, Any]:
+    """Asks `approve` of the principals and roles in `to`, with a deadline of `deadline_s` seconds if given."""
+    deadline = timedelta(seconds=deadline_s) if deadline_s is not None else None
+    answer = ctx.ask("approve", "Approve the refund?", APPROVAL_FORM, to=to, deadline=deadline, on_timeout=on_timeout)
+    return {"approval": answer}

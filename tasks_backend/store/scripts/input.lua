@@ -1,5 +1,7 @@
 -- KEYS: job, feed, steps, answers.
--- ARGV: request id, owner, then key/JSON answer pairs. Unknown and already answered keys are ignored.
+-- ARGV: request id, owner, who answers (a principal, `link:<id>` or `timeout`), from which address, then key/JSON
+-- answer pairs. Unknown and already answered keys are ignored; each answer recorded notes who, when and from where
+-- in `ansby`.
 -- Returns {outcome, open count}: queued | waiting | conflict | missing. The caller puts the job on the
 -- sweep schedule in the same round trip, before this script, so a job it queues always has an entry.
 -- Uses: job
@@ -11,12 +13,14 @@ if again then return cjson.decode(again) end
 if h[1] ~= $INPUT_REQUIRED then return {'conflict', 0} end
 local requests = cjson.decode(h[3] or '{}')
 local changed = false
-for i = 3, #ARGV, 2 do
+local by = cjson.decode(redis.call('HGET', KEYS[1], 'ansby') or '{}')
+for i = 5, #ARGV, 2 do
   if requests[ARGV[i]] ~= nil and redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 1]) == 1 then
     changed = true
+    by[ARGV[i]] = {by = ARGV[3], at = ms(clock()), from = ARGV[4]}
   end
 end
-if changed then redis.call('HSET', KEYS[1], 'ckpt', '1') end
+if changed then redis.call('HSET', KEYS[1], 'ckpt', '1', 'ansby', cjson.encode(by)) end
 redis.call('PEXPIREAT', KEYS[4], expiry())
 local open, still = 0, {}
 for key, request in pairs(requests) do

@@ -174,6 +174,9 @@ def one_life(runtime: Runtime) -> None:
     WebhookSecrets(store).rotate(owner, 0)  # the owner's webhook secret
     assert publish(store.redis, keys, runtime.registry) > 0
     schedule_life(runtime, owner, job_id)
+    store.put_link(job_id, "q", "a-link-token", "l1", store.now_ms() + 60_000)  # a one-time answer link, used once
+    assert store.use_link("a-link-token").outcome == "ok"
+    store.revoke_link(job_id, "q")
     assert keys.owner_index(owner)  # the owner's keys were all used above
 
 

@@ -19,12 +19,14 @@ OTHER_HASHES = {"push/secret.lua"}
 
 def job_sources() -> list[str]:
     """Every script but the limits' (`limits/`, and the libraries only they use): their KEYS[1] is an owner's
-    rate hash or an address's failure hash, not a job hash; nor those of `OTHER_HASHES`."""
+    rate hash or an address's failure hash, not a job hash; nor those of `OTHER_HASHES`, nor the questions' (an
+    answer link's hash, `keys.answer_link`)."""
     limits = {p for p in scripts.SOURCES if p.startswith("limits/")}
     theirs = {f"lib/{lib}.lua" for p in limits for lib in scripts.uses(scripts.SOURCES[p])}
     others = {f"lib/{lib}.lua" for p in set(scripts.SOURCES) - limits for lib in scripts.uses(scripts.SOURCES[p])}
     assert theirs and not theirs & others
-    skipped = limits | theirs | schedule_paths() | OTHER_HASHES
+    questions = {p for p in scripts.SOURCES if p.startswith("questions/")}
+    skipped = limits | theirs | schedule_paths() | OTHER_HASHES | questions
     return [source for p, source in scripts.SOURCES.items() if p not in skipped]
 
 

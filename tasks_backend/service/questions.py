@@ -1,0 +1,149 @@
+"""Questions addressed to people other than a job's owner: who may answer, what they see, one-time links.
+
+A question's `to` names principals and roles (`TASKS_BACKEND_ROLES`, "finance=bob,carol;legal=dave"); roles are
+resolved when someone reads or answers, so a change of roles applies to open questions at once. The owner may
+always answer; an operator or admin who is not addressed may not. To anyone else the job stays a plain 404.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from ..access.auth import Principal
+from ..config import Settings
+from ..errors import JobNotFound, NotWaitingForInput
+from ..model.domain import JobRecord, JobState, rfc3339
+from ..model.questions import PRINCIPAL, ROLE, addressees, routing
+from ..model.wire import handle
+from ..store.jobs import RedisStore
+from .cursors import valid_id
+
+#: How long a link to a question without a deadline works (ms).
+DEFAULT_LINK_MS = 7 * 86400 * 1000
+
+
+def parse_roles(spec: str) -> dict[str, frozenset[str]]:
+    """`"finance=bob,carol;legal=dave"` -> {"finance": {"bob", "carol"}, "legal": {"dave"}}."""
+    out: dict[str, frozenset[str]] = {}
+    for part in spec.split(";"):
+        if not part.strip():
+            continue
+        name, sep, members = part.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"TASKS_BACKEND_ROLES: {part.strip()!r} is not ROLE=principal,principal")
+        out[name.strip()] = frozenset(m.strip() for m in members.split(",") if m.strip())
+    return out
+
+
+@dataclass(frozen=True)
+class Link:
+    url: str
+    expires_ms: int
+    link_id: str
+
+
+class Questions:
+    def __init__(self, store: RedisStore, settings: Settings) -> None:
+        self.store, self.settings = store, settings
+        self.roles = parse_roles(settings.roles)
+
+    def addressees_of(self, principal: Principal) -> list[str]:
+        """The names a question may address the principal by: itself, and each of its roles."""
+        return [PRINCIPAL + principal.name,
+                *(ROLE + role for role, members in sorted(self.roles.items()) if principal.name in members)]
+
+    def addressed_keys(self, principal: Principal, record: JobRecord) -> set[str]:
+        """The job's open questions addressed to the principal (not counting ownership)."""
+        if record.state is not JobState.INPUT_REQUIRED:
+            return set()
+        mine = set(self.addressees_of(principal))
+        return {key for key, request in (record.input_requests or {}).items() if mine & set(addressees(request))}
+
+    def answerable(self, principal: Principal, record: JobRecord) -> set[str] | None:
+        """Which of the job's questions the principal may answer: None for all (the owner), else the keys
+        addressed to it (empty: it was asked once, but nothing open is its). Anyone else: `JobNotFound`."""
+        if record.owner == principal.name:
+            return None
+        keys = self.addressed_keys(principal, record)
+        if keys or self.store.was_asked(record.id, self.addressees_of(principal)):
+            return keys
+        raise JobNotFound()
+
+    def view(self, principal: Principal, job_id: str) -> dict[str, Any]:
+        """What an addressee who does not own the job sees of it: its handle, its operation and the questions
+        addressed to it; no params, result or error. Anyone else: `JobNotFound`."""
+        record = self.store.get(job_id) if valid_id(job_id) else None
+        if record is None:
+            raise JobNotFound()
+        return self.limited(record, self.answerable(principal, record))
+
+    def limited(self, record: JobRecord, keys: set[str] | None) -> dict[str, Any]:
+        """The handle, operation and owner of the job, and its open questions among `keys` (None: all)."""
+        out = handle(record)
+        out["operation"] = record.operation
+        out["owner"] = record.owner
+        if record.state is JobState.INPUT_REQUIRED:
+            requests = record.input_requests or {}
+            out["inputRequests"] = {k: v for k, v in requests.items() if keys is None or k in keys}
+        return out
+
+    def for_caller(self, principal: Principal, record: JobRecord) -> dict[str, Any] | None:
+        """None when the caller may read the whole job (owner, admin, operator), else its limited view."""
+        if record.owner == principal.name or principal.admin or principal.operator:
+            return None
+        return self.limited(record, self.addressed_keys(principal, record))
+
+    def open_for(self, principal: Principal) -> list[dict[str, Any]]:
+        """The open questions addressed to the principal (directly or by a role), newest job first."""
+        names = self.addressees_of(principal)
+        ids = self.store.asked_of(names)
+        records = self.store.get_many(ids)
+        gone = [job_id for job_id, r in zip(ids, records, strict=True) if r is None]
+        if gone:
+            for job_id in gone:
+                self.store.forget_asked(job_id, names)
+        out: list[dict[str, Any]] = []
+        for record in records:
+            if record is None:
+                continue
+            for key in sorted(self.addressed_keys(principal, record)):
+                request = (record.input_requests or {})[key]
+                params = request.get("params") or {}
+                item: dict[str, Any] = {"jobId": record.id, "key": key, "operation": record.operation,
+                                        "askedBy": record.owner, "message": params.get("message"),
+                                        "requestedSchema": params.get("requestedSchema") or {},
+                                        "to": addressees(request)}
+                if routing(request).get("deadline"):
+                    item["deadline"] = routing(request)["deadline"]
+                out.append(item)
+        return out
+
+    # -- one-time links ---------------------------------------------------------------------------
+    def _own_question(self, principal: Principal, job_id: str, key: str) -> JobRecord:
+        record = self.store.get(job_id) if valid_id(job_id) else None
+        if record is None or record.owner != principal.name:
+            raise JobNotFound()
+        if record.state is not JobState.INPUT_REQUIRED or key not in (record.input_requests or {}):
+            raise NotWaitingForInput(f"The job has no open question `{key}`.")
+        return record
+
+    def make_link(self, principal: Principal, job_id: str, key: str, base_url: str) -> Link:
+        """A link that answers the owner's open question `key` once, until its deadline (or a week)."""
+        record = self._own_question(principal, job_id, key)
+        deadline = routing((record.input_requests or {})[key]).get("deadlineMs")
+        until = int(deadline) if isinstance(deadline, int) else self.store.now_ms() + DEFAULT_LINK_MS
+        token, link_id = secrets.token_urlsafe(24), secrets.token_hex(6)
+        self.store.put_link(job_id, key, token, link_id, until)
+        return Link(f"{base_url.rstrip('/')}/ui/answer/{token}", until, link_id)
+
+    def revoke_link(self, principal: Principal, job_id: str, key: str) -> bool:
+        record = self.store.get(job_id) if valid_id(job_id) else None
+        if record is None or record.owner != principal.name:
+            raise JobNotFound()
+        return self.store.revoke_link(job_id, key)
+
+
+def link_answer(link: Link) -> dict[str, Any]:
+    return {"url": link.url, "expiresAt": rfc3339(link.expires_ms), "linkId": link.link_id}
