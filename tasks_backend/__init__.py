@@ -9,6 +9,7 @@ from .access.auth import Principal
 from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
+from .remote.status import RemoteTaskFailed
 from .running.context import ChildFailed, JobContext
 from .running.declared import schedule
 from .running.registry import Concurrency, job
@@ -22,6 +23,7 @@ __all__ = [
     "ChildFailed",
     "Concurrency",
     "JobContext",
+    "RemoteTaskFailed",
     "job",
     "schedule",
     # using the service in process

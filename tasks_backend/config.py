@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,19 @@ def _number(kind: type[float] | type[int], name: str, raw: Any) -> Any:
         # Every float setting is a time: seconds, written without a unit.
         what = "a whole number" if kind is int else "a number (of seconds, without a unit)"
         raise ValueError(f"{name}={raw!r} is not {what}") from None
+
+
+def _credentials(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """`{"https://agent.example/": "Bearer ..."}` as (prefix, value) pairs; the values are never logged."""
+    if not raw:
+        return ()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise ValueError("TASKS_BACKEND_REMOTE_CREDENTIALS must be a JSON object of URL prefix -> Authorization value")
+    return tuple((str(k), v) for k, v in parsed.items())
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,11 @@ class Settings:
     push_timeout_s: float = 5.0
     #: Webhook POSTs a worker process makes at once (each to a different config).
     push_concurrency: int = 8
+    #: Credentials for other agents' tasks (`ctx.call_tool`, `ctx.send_message`): (URL prefix, `Authorization`
+    #: value) pairs, the longest matching prefix wins; from a JSON object in `TASKS_BACKEND_REMOTE_CREDENTIALS`.
+    remote_credentials: tuple[tuple[str, str], ...] = ()
+    #: One HTTP exchange with a remote MCP server or A2A agent.
+    remote_timeout_s: float = 10.0
 
     #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
     ui_secret: str | None = None
@@ -180,6 +199,8 @@ class Settings:
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
             "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
+            "remote_credentials": _credentials(e.get("TASKS_BACKEND_REMOTE_CREDENTIALS")),
+            "remote_timeout_s": _float(e, "TASKS_BACKEND_REMOTE_TIMEOUT", cls.remote_timeout_s),
             "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
             "allowed_origins": tuple(o.strip().rstrip("/") for o in
                                      (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),

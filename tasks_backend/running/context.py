@@ -1,5 +1,6 @@
 """The job context (`ctx`): progress, cancellation points, recorded steps, questions, sleeps and child jobs.
 
+Other agents' tasks (`call_tool`, `send_message`) are steps of the same kind: `remote_steps`.
 A job function runs again from the top after every park (a question, a long sleep, a wait for children) and
 after a lost worker: what it recorded (steps, answers, a sleep's end, a spawned child) comes back from the
 record instead of happening again. Parking raises a control-flow exception that the executor turns into the
@@ -26,6 +27,7 @@ from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Standing, Stepped
 from .registry import Registry
+from .remote_steps import RemoteSteps
 
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
@@ -99,7 +101,7 @@ class Lease:
             self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
 
 
-class JobContext:
+class JobContext(RemoteSteps):
     """What a job function gets as `ctx`."""
 
     def __init__(self, executor: Runner, record: JobRecord, token: int, keeper: Lease) -> None:

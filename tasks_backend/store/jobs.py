@@ -23,6 +23,7 @@ from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
 from .keys import Keys
 from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
+from .remotes import RemoteWatch
 from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
 from .sweeps import SweepSchedule
@@ -40,7 +41,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore):
+class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, RemoteWatch):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with

@@ -113,6 +113,9 @@ class Keys:
     sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
     #: waiting jobs to look at again (`running.waking`): a sleeper at its time, a parent now and then (ms)
     wake = _SystemKey("wake")
+    #: jobs waiting on other agents' tasks (`remote.polling`), scored by when to look at the remote next (Redis ms);
+    #: renewed at the TTL ceiling on every write
+    remote_due = _SystemKey("remote:due")
     #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
     push_due = _SystemKey("push:due")
     #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at
