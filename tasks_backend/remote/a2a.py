@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .access import Channel
+from .access import RemoteChannel
 from .status import DEFAULT_POLL_MS, Status
 
 HEADERS = {"A2A-Version": "1.0"}
@@ -44,7 +44,7 @@ def as_message(message: Any) -> dict[str, Any]:
 
 
 class A2ARemote:
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: RemoteChannel) -> None:
         self.channel = channel
 
     def create(self, url: str, message: Any, key: str) -> dict[str, Any]:

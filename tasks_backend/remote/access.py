@@ -33,7 +33,7 @@ def authorization(settings: Settings, url: str) -> str | None:
     return None if best is None else dict(settings.remote_credentials)[best]
 
 
-class Channel:
+class RemoteChannel:
     """JSON-RPC over HTTP POST to remotes, with their configured credentials; one httpx client per owner."""
 
     def __init__(self, settings: Settings) -> None:

@@ -6,14 +6,14 @@ from typing import Any
 
 from ..config import Settings
 from .a2a import A2ARemote
-from .access import Channel
+from .access import RemoteChannel
 from .mcp import McpRemote
 from .status import Status
 
 
 class Remotes:
     def __init__(self, settings: Settings) -> None:
-        self.channel = Channel(settings)
+        self.channel = RemoteChannel(settings)
         self.mcp = McpRemote(self.channel)
         self.a2a = A2ARemote(self.channel)
 

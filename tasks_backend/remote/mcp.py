@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .access import Channel, RemoteError
+from .access import RemoteChannel, RemoteError
 from .status import DEFAULT_POLL_MS, Status
 
 MODERN = "2026-07-28"
@@ -29,9 +29,9 @@ _STATES = {"working": "working", "input_required": "input_required", "completed"
 
 
 class McpRemote:
-    """One MCP conversation partner (any server), through a `Channel`; 2025 sessions are kept per URL."""
+    """One MCP conversation partner (any server), through a `RemoteChannel`; 2025 sessions are kept per URL."""
 
-    def __init__(self, channel: Channel) -> None:
+    def __init__(self, channel: RemoteChannel) -> None:
         self.channel = channel
         self._sessions: dict[str, tuple[str, bool]] = {}
 

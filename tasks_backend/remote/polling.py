@@ -17,6 +17,7 @@ from ..errors import ServiceUnavailable, TasksBackendError
 from ..model.domain import JobState
 from ..running.waking import Waker
 from ..store.jobs import RedisStore
+from ..store.remotes import DONE
 from .access import RemoteError
 from .client import Remotes
 from .status import DEFAULT_POLL_MS
@@ -54,17 +55,27 @@ class RemotePoller:
         if waiting is None or not open_:
             return None, False
         if waiting.state in (JobState.CANCELLED, JobState.FAILED):
-            for _, ref in open_:  # the job will never read it: stop the remote task too
+            again = False
+            for step, ref in open_:  # the job will never read it: stop the remote task too
                 try:
                     self.remotes.cancel(ref)
-                except (RemoteError, TasksBackendError) as exc:
+                except RemoteError as exc:
                     log.info("remote task %s at %s not cancelled: %s", ref.get("taskId"), ref.get("url"), exc)
-            return None, False
+                    if exc.code is None and (exc.status is None or exc.status >= 500):
+                        again = True  # unreachable for now: try again later
+                        continue
+                except TasksBackendError as exc:  # its URL is no longer allowed
+                    log.info("remote task %s not cancelled: %s", ref.get("taskId"), exc)
+                self.store.forget_remote(job_id, step)
+            return (RETRY_MS if again else None), False
         if waiting.state is JobState.COMPLETED:
             return None, False
+        step, ref = open_[-1]
+        if self.store.recorded_step(job_id, step + DONE) is not None:
+            self.store.forget_remote(job_id, step)  # the job recorded the end but died before forgetting it
+            return 0, False
         if waiting.state is not JobState.SUSPENDED:
             return IDLE_LOOK_MS, False
-        ref = open_[-1][1]
         try:
             status = self.remotes.get(ref)
         except (RemoteError, TasksBackendError) as exc:

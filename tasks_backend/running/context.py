@@ -26,6 +26,7 @@ from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Standing, Stepped
+from .parking import _Parked, _Suspend
 from .registry import Registry
 from .remote_steps import RemoteSteps
 
@@ -50,19 +51,6 @@ class LeaseLost(BaseException):
 
 class HandedBack(BaseException):
     """Raised at a cancellation point once this worker is stopping: the job goes back to the queue."""
-
-
-class _Parked(BaseException):
-    def __init__(self, requests: dict[str, Any], message: str) -> None:
-        self.requests = requests
-        self.message = message
-
-
-class _Suspend(BaseException):
-    """Park the job in `suspended`: until `change.wake_ms`, or until `children` are all finished."""
-
-    def __init__(self, change: Change, look_in_ms: int, children: list[str] | None = None) -> None:
-        self.change, self.look_in_ms, self.children = change, look_in_ms, children or []
 
 
 class ChildFailed(Exception):

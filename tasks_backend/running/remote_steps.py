@@ -13,17 +13,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from ..remote.access import RemoteError
 from ..remote.client import Remotes
 from ..remote.status import DEFAULT_POLL_MS, RemoteTaskFailed, Status
 from ..store.connect import through_outage
 from ..store.fields import Change
+from ..store.jobs import RedisStore
 from ..store.remotes import DONE
+from .parking import _Parked, _Suspend
 
-if TYPE_CHECKING:
-    from .context import JobContext
+
+class _Ctx(Protocol):
+    """What these steps use of the job context (`context.JobContext`)."""
+
+    job_id: str
+    _store: RedisStore
+    _tolerance: float
+    _executor: Any
+
+    def _next(self, kind: str) -> str: ...
+    def step(self, name: str, fn: Callable[[], Any]) -> Any: ...
+    def check_cancelled(self) -> None: ...
+    def idempotency_key(self, name: str) -> str: ...
 
 #: A job waiting on a remote is run again after this long even if no poller woke it (ms): it then looks itself.
 BACKSTOP_MS = 30_000
@@ -36,7 +49,7 @@ class RemoteSteps:
         """Run `tool` on the MCP server at `server_url` as a task and return its result (`structuredContent`,
         else its text, parsed as JSON when it is). Raises `RemoteTaskFailed` if the task failed or was cancelled
         (a tool result with `isError` counts as failed). The job holds no worker while the task runs."""
-        ctx = cast("JobContext", self)
+        ctx = cast(_Ctx, self)
         return _await_remote(ctx, ctx._next("remote"), server_url,
                              lambda r, key: r.mcp.create(server_url, tool, arguments or {}, key))
 
@@ -44,11 +57,11 @@ class RemoteSteps:
         """Send an A2A 1.0 message to the agent at `agent_url` (its JSON-RPC endpoint) and return what the task
         produced (one artifact part's data or text; several parts as a list), or the agent's reply message.
         Raises `RemoteTaskFailed` if the task failed, was rejected or cancelled."""
-        ctx = cast("JobContext", self)
+        ctx = cast(_Ctx, self)
         return _await_remote(ctx, ctx._next("remote"), agent_url, lambda r, key: r.a2a.create(agent_url, message, key))
 
 
-def _await_remote(ctx: JobContext, name: str, url: str, create: Callable[[Remotes, str], dict[str, Any]]) -> Any:
+def _await_remote(ctx: _Ctx, name: str, url: str, create: Callable[[Remotes, str], dict[str, Any]]) -> Any:
     store, tolerance = ctx._store, ctx._tolerance
     raw = through_outage(lambda: store.recorded_step(ctx.job_id, name + DONE), tolerance)
     if raw is not None:
@@ -58,7 +71,7 @@ def _await_remote(ctx: JobContext, name: str, url: str, create: Callable[[Remote
         remotes = Remotes(ctx._executor.settings)
         try:
             remotes.guard(url)
-            ref = ctx.step(name, lambda: _create(remotes, url, create, ctx.idempotency_key(name)))
+            ref = ctx.step(name, lambda: _create(ctx, remotes, name, url, create))
             done = _follow(ctx, remotes, name, ref)
         finally:
             remotes.close()
@@ -68,18 +81,25 @@ def _await_remote(ctx: JobContext, name: str, url: str, create: Callable[[Remote
     return done["result"]
 
 
-def _create(remotes: Remotes, url: str, create: Callable[[Remotes, str], dict[str, Any]], key: str) -> dict[str, Any]:
+def _create(ctx: _Ctx, remotes: Remotes, name: str, url: str,
+            create: Callable[[Remotes, str], dict[str, Any]]) -> dict[str, Any]:
+    """Create the remote task and keep its reference where a cancel finds it, before the step records it (a
+    cancel in between must still reach the task)."""
     try:
-        return create(remotes, key)
+        ref = create(remotes, ctx.idempotency_key(name))
     except RemoteError as exc:
         if exc.code is None:
             raise  # unreachable or not JSON-RPC: the job fails (or retries, if it retries on RemoteError)
         # The remote refused the request (unknown tool, bad arguments): the task never existed.
         return {"protocol": "refused", "url": url, "taskId": None,
                 "final": Status("rejected", message=str(exc), error={"code": exc.code}).to_json()}
+    if "final" not in ref:
+        poll = int(ref.get("pollMs") or DEFAULT_POLL_MS)
+        through_outage(lambda: ctx._store.remember_remote(ctx.job_id, name, ref, poll), ctx._tolerance)
+    return ref
 
 
-def _follow(ctx: JobContext, remotes: Remotes, name: str, ref: dict[str, Any]) -> dict[str, Any]:
+def _follow(ctx: _Ctx, remotes: Remotes, name: str, ref: dict[str, Any]) -> dict[str, Any]:
     """The recorded outcome of the remote task, or park the job until it has one (or ask its question)."""
     status: Status | None
     try:
@@ -92,14 +112,14 @@ def _follow(ctx: JobContext, remotes: Remotes, name: str, ref: dict[str, Any]) -
         poll = (status.poll_ms if status is not None else None) or ref.get("pollMs") or DEFAULT_POLL_MS
         through_outage(lambda: ctx._store.watch_remote(ctx.job_id, int(poll)), ctx._tolerance)
         ctx.check_cancelled()
-        from .context import _Suspend  # context imports this module
-
         raise _Suspend(Change.waiting(f"Waiting for remote task {ref.get('taskId')} at {ref['url']}."), BACKSTOP_MS)
-    final = status
-    return dict(ctx.step(name + DONE, final.outcome))
+    done = dict(ctx.step(name + DONE, status.outcome))
+    if "final" not in ref:
+        through_outage(lambda: ctx._store.forget_remote(ctx.job_id, name), ctx._tolerance)
+    return done
 
 
-def _relay_input(ctx: JobContext, remotes: Remotes, name: str, ref: dict[str, Any], status: Status) -> Status | None:
+def _relay_input(ctx: _Ctx, remotes: Remotes, name: str, ref: dict[str, Any], status: Status) -> Status | None:
     """The remote asks for input: ask this job's owner (keys `<step>/<remote key>`), then send the answers back
     once, recorded as a step. Returns the remote's status after sending (None: look again later)."""
     wanted = sorted(status.input_requests)
@@ -110,8 +130,6 @@ def _relay_input(ctx: JobContext, remotes: Remotes, name: str, ref: dict[str, An
     recorded = through_outage(lambda: ctx._store.answers(ctx.job_id, list(local)), ctx._tolerance)
     missing = {lk: _question(status.input_requests[rk]) for lk, rk in local.items() if lk not in recorded}
     if missing:
-        from .context import _Parked  # context imports this module
-
         first = next(iter(missing.values()))["params"]["message"]
         raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
     responses = {rk: json.loads(recorded[lk]) for lk, rk in local.items()}

@@ -69,6 +69,8 @@ class Keys:
     job_meta = _JobKey("meta")
     #: the job's children, made by its `ctx.spawn` (sorted set: child id -> Redis ms of the spawn)
     children = _JobKey("kids")
+    #: the remote tasks the job created and has not seen end (hash: step name -> reference JSON; `store.remotes`)
+    remote_tasks = _JobKey("remote")
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""

@@ -1,8 +1,8 @@
-"""The remote-task schedule: jobs waiting on other agents' tasks, and when to look at each remote next.
+"""Remote tasks of jobs: each job's open ones, and the schedule of when to look at each remote next.
 
-Rule: part of the job store (`RedisStore` schedules through `RemoteWatch`). Members are job ids; which remote
-tasks a job waits on is read from its recorded steps (`remote:N` without `remote:N:done`), so a job that
-waits on several remotes in turn has one entry.
+Rule: part of the job store (`RedisStore` keeps them through `RemoteWatch`). The schedule's members are job ids;
+which remote tasks a job waits on is its `remote_tasks` hash (kept apart from its steps, which a finished job
+drops, so that a cancelled job's remote task can still be cancelled).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from .connect import redis_errors
 from .keys import Keys
 from .runner import ScriptRunner
 
-#: The prefix of the steps that hold remote tasks' references, and the suffix of their outcomes.
-REMOTE_STEP, DONE = "remote:", ":done"
+#: The suffix of the step that records how a remote task ended.
+DONE = ":done"
 
 
 class RemoteWatch:
@@ -24,7 +24,21 @@ class RemoteWatch:
     keys: Keys
     scripts: ScriptRunner
     _run: Callable[..., list[Any]]
+    _eval: Callable[..., None]
     _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
+
+    def remember_remote(self, job_id: str, step: str, ref: dict[str, Any], look_in_ms: int) -> None:
+        """Keep the reference of a remote task the job just created, and look at it `look_in_ms` from now."""
+        def build(p: Any) -> None:
+            self._eval(p, "remote_task", [self.keys.job(job_id), self.keys.remote_tasks(job_id)], step,
+                       json.dumps(ref))
+            self._schedule_in(p, self.keys.remote_due(), [(job_id, max(0, look_in_ms))])
+
+        self._run(build)
+
+    def forget_remote(self, job_id: str, step: str) -> None:
+        """The remote task of `step` ended (and the job recorded how): nothing more to watch or cancel."""
+        self.scripts.call("remote_task", [self.keys.job(job_id), self.keys.remote_tasks(job_id)], step, "")
 
     def watch_remote(self, job_id: str, in_ms: int) -> None:
         """Look at the job's remote tasks `in_ms` from now (Redis time), whatever was scheduled before."""
@@ -42,8 +56,12 @@ class RemoteWatch:
             self.scripts.call("reschedule", [self.keys.remote_due()], *args)
 
     def open_remotes(self, job_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """(step name, reference) of each remote task the job created and has not recorded the end of."""
+        """(step name, reference) of each remote task the job created and has not seen end, oldest first."""
         with redis_errors():
-            steps = self.redis.hgetall(self.keys.steps(job_id))
-        names = [n for n in steps if n.startswith(REMOTE_STEP) and not n.endswith(DONE)]
-        return [(n, json.loads(steps[n])) for n in sorted(names) if n + DONE not in steps]
+            found = self.redis.hgetall(self.keys.remote_tasks(job_id))
+        return [(name, json.loads(found[name])) for name in sorted(found, key=_order)]
+
+
+def _order(step: str) -> tuple[int, str]:
+    number = step.rpartition(":")[2]
+    return (int(number) if number.isdigit() else 0, step)

@@ -25,7 +25,7 @@ class Proxy:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 answer = httpx.post(proxy.target + self.path, content=body, headers=headers, timeout=30)

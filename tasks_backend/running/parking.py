@@ -1,0 +1,21 @@
+"""The control flow that parks a job: `_Parked` (it asks for input) and `_Suspend` (it waits for a time, its
+children or a remote task). Raised by the job context, turned into the job's move by the executor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.fields import Change
+
+
+class _Parked(BaseException):
+    def __init__(self, requests: dict[str, Any], message: str) -> None:
+        self.requests = requests
+        self.message = message
+
+
+class _Suspend(BaseException):
+    """Park the job in `suspended`: until `change.wake_ms`, or until `children` are all finished."""
+
+    def __init__(self, change: Change, look_in_ms: int, children: list[str] | None = None) -> None:
+        self.change, self.look_in_ms, self.children = change, look_in_ms, children or []
