@@ -9,6 +9,7 @@ from .access.auth import Principal
 from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
+from .remote.access import RemoteError
 from .remote.status import RemoteTaskFailed
 from .running.context import ChildFailed, JobContext
 from .running.declared import schedule
@@ -23,6 +24,7 @@ __all__ = [
     "ChildFailed",
     "Concurrency",
     "JobContext",
+    "RemoteError",
     "RemoteTaskFailed",
     "job",
     "schedule",

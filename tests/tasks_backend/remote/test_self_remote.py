@@ -140,10 +140,15 @@ def test_cancelling_the_job_cancels_the_remote_task(deployment: Deployment, oper
     assert deployment.remote_jobs()[0]["taskId"] == remote["taskId"]
 
 
-def test_a_remote_question_is_asked_of_the_owner_and_the_answer_sent_back(deployment: Deployment) -> None:
+@pytest.mark.parametrize("operation,url_path,params", [
+    ("test.remote_tool", "/mcp", {"tool": "demo.refund", "arguments": {"order_id": "A-1", "amount": 5}}),
+    ("test.remote_message", "/a2a", {"message": {"operation": "demo.refund", "params": {"order_id": "A-1",
+                                                                                      "amount": 5}}}),
+])
+def test_a_remote_question_is_asked_of_the_owner_and_the_answer_sent_back(
+        deployment: Deployment, operation: str, url_path: str, params: dict[str, Any]) -> None:
     deployment.worker("w")
-    job = deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "demo.refund",
-                                                 "arguments": {"order_id": "A-1", "amount": 5}})
+    job = deployment.submit(operation, {"url": deployment.url + url_path, **params})
     wait_until(lambda: deployment.state(job) is JobState.INPUT_REQUIRED, 30, interval=0.1,
                message="the remote question to reach the job")
     shown = deployment.job(job)
