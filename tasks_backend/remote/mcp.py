@@ -20,7 +20,8 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 IDEMPOTENCY_META = "io.tasks-backend/idempotencyKey"
 _MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
                 "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
-_MODERN_HEADERS = {"MCP-Protocol-Version": MODERN}
+#: Requests whose `Mcp-Name` header repeats a param (the 2026-07-28 transport routes on these headers).
+_NAME_PARAMS = {"tools/call": "name", "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 _CLIENT = {"name": "tasks-backend", "version": "1"}
 #: The TTL asked of a 2025-11-25 task (ms): the server may shorten it.
 TASK_TTL_MS = 86_400_000
@@ -40,7 +41,7 @@ class McpRemote:
         """Start the tool as a task on the best revision the server offers; returns the ref to record."""
         if self._modern(url):
             params = {"name": tool, "arguments": arguments, "_meta": {**_MODERN_META, IDEMPOTENCY_META: key}}
-            result, _ = self.channel.call(url, "tools/call", params, _MODERN_HEADERS)
+            result = self._call(url, "tools/call", params)
             if result.get("resultType") == "task" or "taskId" in result:
                 return {"protocol": "mcp-2026", "url": url, "taskId": str(result["taskId"]),
                         "pollMs": _poll_ms(result)}
@@ -57,13 +58,20 @@ class McpRemote:
 
     def _modern(self, url: str) -> bool:
         try:
-            result, _ = self.channel.call(url, "server/discover", {"_meta": _MODERN_META}, _MODERN_HEADERS)
+            result = self._call(url, "server/discover", {"_meta": _MODERN_META})
         except RemoteError as exc:
             if exc.status is None:
                 raise  # unreachable: not a sign of an older server
             return False
         extensions = (result.get("capabilities") or {}).get("extensions") or {}
         return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+    def _call(self, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One 2026-07-28 request, with the routing headers its transport asks for."""
+        headers = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+        if method in _NAME_PARAMS:
+            headers["Mcp-Name"] = str(params[_NAME_PARAMS[method]])
+        return self.channel.call(url, method, params, headers)[0]
 
     def _session(self, url: str, fresh: bool = False) -> tuple[str, bool]:
         """(Mcp-Session-Id, whether tools/call may run as a task) of a 2025-11-25 session with `url`."""
@@ -93,9 +101,7 @@ class McpRemote:
     def get(self, ref: dict[str, Any]) -> Status:
         url, task_id = ref["url"], ref["taskId"]
         if ref["protocol"] == "mcp-2026":
-            result, _ = self.channel.call(url, "tasks/get", {"taskId": task_id, "_meta": _MODERN_META},
-                                          _MODERN_HEADERS)
-            return _modern_status(result)
+            return _modern_status(self._call(url, "tasks/get", {"taskId": task_id, "_meta": _MODERN_META}))
         task = self._legacy(url, "tasks/get", {"taskId": task_id})
         task = task.get("task", task) if isinstance(task.get("task"), dict) else task
         state = _STATES.get(str(task.get("status")), "working")
@@ -110,13 +116,12 @@ class McpRemote:
     def answer(self, ref: dict[str, Any], responses: dict[str, Any]) -> None:
         if ref["protocol"] != "mcp-2026":
             raise RemoteError("answers can be sent to 2026-07-28 tasks only")
-        self.channel.call(ref["url"], "tasks/update", {"taskId": ref["taskId"], "inputResponses": responses,
-                                                       "_meta": _MODERN_META}, _MODERN_HEADERS)
+        self._call(ref["url"], "tasks/update", {"taskId": ref["taskId"], "inputResponses": responses,
+                                                "_meta": _MODERN_META})
 
     def cancel(self, ref: dict[str, Any]) -> None:
         if ref["protocol"] == "mcp-2026":
-            self.channel.call(ref["url"], "tasks/cancel", {"taskId": ref["taskId"], "_meta": _MODERN_META},
-                              _MODERN_HEADERS)
+            self._call(ref["url"], "tasks/cancel", {"taskId": ref["taskId"], "_meta": _MODERN_META})
         elif ref["protocol"] == "mcp-2025":
             self._legacy(ref["url"], "tasks/cancel", {"taskId": ref["taskId"]})
 
