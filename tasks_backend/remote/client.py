@@ -6,9 +6,13 @@ from typing import Any
 
 from ..config import Settings
 from .a2a import A2ARemote
-from .access import RemoteChannel
+from .access import RemoteChannel, RemoteError
 from .mcp import McpRemote
 from .status import Status
+
+#: JSON-RPC codes a remote answers a read of a task it does not have with: A2A TaskNotFoundError, and the
+#: invalid-params error MCP servers use for an unknown task id.
+TASK_NOT_FOUND = frozenset({-32001, -32602})
 
 
 class Remotes:
@@ -21,9 +25,16 @@ class Remotes:
         self.channel.guard(url)
 
     def get(self, ref: dict[str, Any]) -> Status:
+        """How the task stands; a remote that says it has no such task (it lost it) ends it as `failed`."""
         if "final" in ref:
             return Status.from_json(ref["final"])
-        return self.a2a.get(ref) if ref["protocol"] == "a2a" else self.mcp.get(ref)
+        try:
+            return self.a2a.get(ref) if ref["protocol"] == "a2a" else self.mcp.get(ref)
+        except RemoteError as exc:
+            if exc.code not in TASK_NOT_FOUND:
+                raise
+            return Status("failed", message=f"The remote no longer knows the task: {exc}",
+                          error={"code": exc.code, "message": str(exc)})
 
     def answer(self, ref: dict[str, Any], responses: dict[str, Any], key: str) -> None:
         if ref["protocol"] == "a2a":

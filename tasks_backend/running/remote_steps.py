@@ -39,7 +39,8 @@ class _Ctx(Protocol):
     def idempotency_key(self, name: str) -> str: ...
 
 #: A job waiting on a remote is run again after this long even if no poller woke it (ms): it then looks itself.
-BACKSTOP_MS = 30_000
+#: The pollers' schedule is the way a job is woken; this only bounds a wait should that schedule lose its entry.
+BACKSTOP_MS = 300_000
 
 
 class RemoteSteps:
