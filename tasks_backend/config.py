@@ -113,6 +113,11 @@ class Settings:
     remote_credentials: tuple[tuple[str, str], ...] = ()
     #: One HTTP exchange with a remote MCP server or A2A agent.
     remote_timeout_s: float = 10.0
+    #: How often to look at a remote task whose remote suggests no interval (A2A agents suggest none).
+    remote_poll_s: float = 2.0
+    #: The URL remote agents reach this deployment's `/v1/remote-push` at; set, A2A messages ask the agent for
+    #: push notifications there, which wake the waiting job at once (polling goes on beside them).
+    remote_push_url: str | None = None
 
     #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
     ui_secret: str | None = None
@@ -201,6 +206,8 @@ class Settings:
             "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
             "remote_credentials": _credentials(e.get("TASKS_BACKEND_REMOTE_CREDENTIALS")),
             "remote_timeout_s": _float(e, "TASKS_BACKEND_REMOTE_TIMEOUT", cls.remote_timeout_s),
+            "remote_poll_s": _float(e, "TASKS_BACKEND_REMOTE_POLL_INTERVAL", cls.remote_poll_s),
+            "remote_push_url": e.get("TASKS_BACKEND_REMOTE_PUSH_URL") or None,
             "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
             "allowed_origins": tuple(o.strip().rstrip("/") for o in
                                      (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),

@@ -11,7 +11,7 @@ from tasks_backend.model.states import WIRE_STATUS
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
-from . import webhooks
+from . import remote_push, webhooks
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -170,6 +170,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                                            **_errors("404")}}},
         **_schedule_paths([spec.name for spec in runtime.registry]),
         **webhook_paths,
+        **remote_push.openapi_paths(_errors("404")),
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],

@@ -11,10 +11,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .access import RemoteChannel
+from .access import RemoteChannel, RemoteError
 from .status import DEFAULT_POLL_MS, Status
 
 HEADERS = {"A2A-Version": "1.0"}
+#: PushNotificationNotSupportedError: the agent takes no push notification config.
+PUSH_NOT_SUPPORTED = -32003
 #: The key of the one question made from an agent's free-text request for input.
 REPLY_KEY = "reply"
 REPLY_SCHEMA = {"type": "object", "properties": {"reply": {"type": "string", "title": "Reply"}},
@@ -46,18 +48,30 @@ def as_message(message: Any) -> dict[str, Any]:
 class A2ARemote:
     def __init__(self, channel: RemoteChannel) -> None:
         self.channel = channel
+        #: A2A suggests no polling interval: the deployment's own (`TASKS_BACKEND_REMOTE_POLL_INTERVAL`).
+        self.poll_ms = int(channel.settings.remote_poll_s * 1000)
 
-    def create(self, url: str, message: Any, key: str) -> dict[str, Any]:
+    def create(self, url: str, message: Any, key: str, push: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send the message (asking for push notifications to `push`, if given); returns the ref to record."""
         body = as_message(message)
         metadata = {**(body.get("metadata") or {}), "idempotencyKey": key}
         body.update({"messageId": message_id(key), "role": "ROLE_USER", "metadata": metadata})
-        result, _ = self.channel.call(url, "SendMessage", {"message": body,
-                                                           "configuration": {"returnImmediately": True}}, HEADERS)
+        configuration: dict[str, Any] = {"returnImmediately": True}
+        if push is not None:
+            configuration["taskPushNotificationConfig"] = push
+        try:
+            result, _ = self.channel.call(url, "SendMessage", {"message": body, "configuration": configuration},
+                                          HEADERS)
+        except RemoteError as exc:
+            if push is None or exc.code != PUSH_NOT_SUPPORTED:
+                raise
+            # An agent without push notifications: the same message without the ask (polling wakes the job).
+            return self.create(url, message, key)
         task = result.get("task")
         if isinstance(task, dict) and task.get("id"):
             status = task_status(task)
             ref = {"protocol": "a2a", "url": url, "taskId": str(task["id"]),
-                   "contextId": task.get("contextId"), "pollMs": DEFAULT_POLL_MS}
+                   "contextId": task.get("contextId"), "pollMs": self.poll_ms}
             if status.terminal:
                 ref["final"] = status.to_json()
             return ref
@@ -68,7 +82,9 @@ class A2ARemote:
 
     def get(self, ref: dict[str, Any]) -> Status:
         result, _ = self.channel.call(ref["url"], "GetTask", {"id": ref["taskId"]}, HEADERS)
-        return task_status(result.get("task", result) if isinstance(result.get("task"), dict) else result)
+        status = task_status(result.get("task", result) if isinstance(result.get("task"), dict) else result)
+        status.poll_ms = self.poll_ms
+        return status
 
     def answer(self, ref: dict[str, Any], responses: dict[str, Any], key: str) -> None:
         if set(responses) == {REPLY_KEY} and isinstance(responses[REPLY_KEY], dict) \

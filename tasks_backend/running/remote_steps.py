@@ -17,6 +17,7 @@ from typing import Any, Protocol, cast
 
 from ..remote.access import RemoteError
 from ..remote.client import Remotes
+from ..remote.push import push_config
 from ..remote.status import DEFAULT_POLL_MS, RemoteTaskFailed, Status
 from ..store.connect import through_outage
 from ..store.fields import Change
@@ -59,7 +60,13 @@ class RemoteSteps:
         produced (one artifact part's data or text; several parts as a list), or the agent's reply message.
         Raises `RemoteTaskFailed` if the task failed, was rejected or cancelled."""
         ctx = cast(_Ctx, self)
-        return _await_remote(ctx, ctx._next("remote"), agent_url, lambda r, key: r.a2a.create(agent_url, message, key))
+        name = ctx._next("remote")
+
+        def create(r: Remotes, key: str) -> dict[str, Any]:
+            push = push_config(ctx._executor.settings, ctx._store, ctx.job_id)
+            return r.a2a.create(agent_url, message, key, push)
+
+        return _await_remote(ctx, name, agent_url, create)
 
 
 def _await_remote(ctx: _Ctx, name: str, url: str, create: Callable[[Remotes, str], dict[str, Any]]) -> Any:

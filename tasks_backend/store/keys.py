@@ -118,6 +118,9 @@ class Keys:
     #: jobs waiting on other agents' tasks (`remote.polling`), scored by when to look at the remote next (Redis ms);
     #: renewed at the TTL ceiling on every write
     remote_due = _SystemKey("remote:due")
+    #: the key that signs the tokens remote agents send with their push notifications (`remote.push`); renewed to
+    #: the TTL ceiling whenever a token is made, so it outlives every job that may still be sent one
+    remote_push_key = _SystemKey("remote:pushkey")
     #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
     push_due = _SystemKey("push:due")
     #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at

@@ -8,6 +8,7 @@ drops, so that a cancelled job's remote task can still be cancelled).
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ class RemoteWatch:
     redis: Any
     keys: Keys
     scripts: ScriptRunner
+    max_ttl_ms: int
     _run: Callable[..., list[Any]]
     _eval: Callable[..., None]
     _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
@@ -54,6 +56,17 @@ class RemoteWatch:
         if entries:
             args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
             self.scripts.call("reschedule", [self.keys.remote_due()], *args)
+
+    def remote_push_key(self) -> str:
+        """The key push tokens are signed with: made once (the first writer wins), kept to the TTL ceiling."""
+        key = self.keys.remote_push_key()
+        with redis_errors():
+            self.redis.set(key, secrets.token_hex(32), nx=True, px=self.max_ttl_ms)
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(key)
+            pipe.pexpire(key, self.max_ttl_ms)
+            value, _ = pipe.execute()
+        return str(value)
 
     def open_remotes(self, job_id: str) -> list[tuple[str, dict[str, Any]]]:
         """(step name, reference) of each remote task the job created and has not seen end, oldest first."""

@@ -5,6 +5,7 @@
 - `fail <why>`: fails with that message;
 - `ask`: asks for input in plain text, then completes with `got <reply>` once the reply comes.
 
+It keeps push notification configs in the same database and sends their notifications (`X-A2A-Notification-Token`).
 Every task it starts is appended to LEDGER (one line each), so a test counts the tasks the agent made.
 """
 
@@ -13,13 +14,19 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import DatabaseTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    DatabasePushNotificationConfigStore,
+    DatabaseTaskStore,
+    TaskUpdater,
+)
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
@@ -61,11 +68,14 @@ def app(port: int, db: str, ledger: str) -> Starlette:
     url = f"http://127.0.0.1:{port}/a2a"
     card = AgentCard(name="orders", description="Test orders agent", version="1.0",
                      supported_interfaces=[AgentInterface(url=url, protocol_binding="JSONRPC", protocol_version="1.0")],
-                     capabilities=AgentCapabilities(streaming=False), default_input_modes=["text/plain"],
-                     default_output_modes=["text/plain"],
+                     capabilities=AgentCapabilities(streaming=False, push_notifications=True),
+                     default_input_modes=["text/plain"], default_output_modes=["text/plain"],
                      skills=[AgentSkill(id="orders", name="orders", description="work, fail or ask", tags=["test"])])
-    store = DatabaseTaskStore(create_async_engine(f"sqlite+aiosqlite:///{db}"))
-    handler = DefaultRequestHandler(agent_executor=Orders(ledger), task_store=store, agent_card=card)
+    engine = create_async_engine(f"sqlite+aiosqlite:///{db}")
+    configs = DatabasePushNotificationConfigStore(engine)
+    handler = DefaultRequestHandler(agent_executor=Orders(ledger), task_store=DatabaseTaskStore(engine),
+                                    agent_card=card, push_config_store=configs,
+                                    push_sender=BasePushNotificationSender(httpx.AsyncClient(), configs))
     return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/a2a")])
 
 

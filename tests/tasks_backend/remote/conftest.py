@@ -15,7 +15,7 @@ from tasks_backend.config import Settings
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import ALICE, BOB, JOB_MODULES, Serve, make_settings, wait_until
-from tests.support.procs import Proc, sweeper_process, worker_process
+from tests.support.procs import Proc, print_logs, sweeper_process, worker_process
 
 CREDENTIALS = {"http://127.0.0.1:": "Bearer bob-token"}
 
@@ -30,8 +30,9 @@ class Deployment:
         self.http = httpx.Client(base_url=self.url, headers=ALICE, timeout=10)
         self.procs: list[Proc] = []
 
-    def worker(self, name: str, concurrency: int = 2) -> Proc:
-        env = {"TASKS_BACKEND_PUSH_ALLOW_PRIVATE": "1", "TASKS_BACKEND_REMOTE_CREDENTIALS": json.dumps(CREDENTIALS)}
+    def worker(self, name: str, concurrency: int = 2, **env: str) -> Proc:
+        env = {"TASKS_BACKEND_PUSH_ALLOW_PRIVATE": "1", "TASKS_BACKEND_REMOTE_CREDENTIALS": json.dumps(CREDENTIALS),
+               **env}
         self.procs.append(proc := worker_process(self.settings, self.tmp / f"{name}.log", concurrency=concurrency,
                                                  **env))
         return proc
@@ -58,6 +59,11 @@ class Deployment:
                    timeout, interval=0.1, message=f"job {job_id} to finish")
         return self.job(job_id)
 
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+        self.http.close()
+
     def remote_jobs(self) -> list[dict[str, Any]]:
         """Bob's jobs: the ones the remote side made."""
         response = self.http.get("/v1/jobs", headers=BOB, params={"limit": 100})
@@ -66,21 +72,18 @@ class Deployment:
         return list(body.get("tasks", body.get("jobs", [])))
 
 
+def remote_settings(redis_base: str, **overrides: Any) -> Settings:
+    return make_settings(redis_base, job_modules=(*JOB_MODULES, "tests.support.remote_jobs"),
+                         push_allow_private=True, remote_credentials=tuple(CREDENTIALS.items()),
+                         lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2, **overrides)
+
+
 @pytest.fixture
 def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
-    settings = make_settings(redis_base, job_modules=(*JOB_MODULES, "tests.support.remote_jobs"),
-                             push_allow_private=True, remote_credentials=tuple(CREDENTIALS.items()),
-                             lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2)
-    d = Deployment(settings, tmp_path, serve)
+    d = Deployment(remote_settings(redis_base), tmp_path, serve)
     try:
         yield d
-    except BaseException:
-        for proc in d.procs:
-            print(f"--- {proc.log_path.name}\n{proc.output()[-4000:]}")
-        raise
     finally:
-        for proc in d.procs:
-            proc.stop()
-        d.http.close()
-
-
+        if any(proc.alive() for proc in d.procs):
+            print_logs(d.procs)  # shown by pytest when the test failed
+        d.close()

@@ -15,10 +15,10 @@ import pytest
 
 from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobState
-from tests.conftest import wait_until
+from tests.conftest import Serve, wait_until
 from tests.support.procs import ROOT, Proc, wait_for_http
 from tests.support.remote_peers import Proxy
-from tests.tasks_backend.remote.conftest import Deployment
+from tests.tasks_backend.remote.conftest import Deployment, remote_settings
 
 pytest.importorskip("a2a.server.tasks.database_task_store")
 pytest.importorskip("aiosqlite")
@@ -113,3 +113,19 @@ def test_an_agent_that_does_not_deduplicate_gets_the_create_at_most_twice(deploy
         assert agent.tasks_made() == 2 and proxy.creates == 2
     finally:
         proxy.close()
+
+
+def test_the_agents_push_notification_wakes_the_job_before_any_poll(redis_base: str, tmp_path: Path, serve: Serve,
+                                                                     agent: Agent) -> None:
+    # Polling once a minute: the job comes back within seconds only if the agent's push woke it.
+    d = Deployment(remote_settings(redis_base, remote_poll_s=60.0), tmp_path, serve)
+    try:
+        d.worker("w", TASKS_BACKEND_REMOTE_PUSH_URL=d.url + "/v1/remote-push", TASKS_BACKEND_REMOTE_POLL_INTERVAL="60")
+        job = d.submit("test.remote_message", {"url": agent.url, "message": "work 2"})
+        wait_until(lambda: d.state(job) is JobState.SUSPENDED, 20, interval=0.1, message="the job to park")
+        assert d.finished(job, timeout=20)["result"] == {"remote": "done 2"}
+        # A token not made here is refused like a missing job, and wakes nothing.
+        forged = httpx.post(d.url + "/v1/remote-push", headers={"X-A2A-Notification-Token": f"{job}.{'0' * 64}"})
+        assert forged.status_code == 404
+    finally:
+        d.close()
