@@ -127,3 +127,16 @@ def test_ten_jobs_waiting_on_remotes_hold_none_of_two_worker_slots(deployment: D
     for j in waiting:
         assert deployment.finished(j, timeout=60)["status"] == "completed"
     assert len(deployment.remote_jobs()) == 10
+
+
+def test_a_job_waiting_on_a_remote_survives_a_sigkill_of_its_worker(deployment: Deployment) -> None:
+    first = deployment.worker("first", concurrency=2)
+    deployment.sweeper()
+    job = deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "demo.sleep",
+                                                 "arguments": {"seconds": 3, "steps": 3}})
+    wait_until(lambda: deployment.state(job) is JobState.SUSPENDED, 20, interval=0.05, message="the job to park")
+    first.kill_group()  # the remote job (bob's) that ran there is lost too, and run again by the next worker
+    deployment.worker("second", concurrency=2)
+    done = deployment.finished(job, timeout=60)
+    assert done["status"] == "completed" and done["result"] == {"remote": {"slept": 3.0}}
+    assert len(deployment.remote_jobs()) == 1
