@@ -16,12 +16,14 @@ import io
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
+from tasks_backend.access import request as request_context
 from tasks_backend.access.auth import Authenticator, Principal
 from tasks_backend.errors import (
     BadRequest,
@@ -33,8 +35,9 @@ from tasks_backend.errors import (
 from tasks_backend.model.wire import wire_json
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.serving import logs
+from tasks_backend.serving.tracing import SpanKind
 
-from . import jsonrpc, protocol
+from . import jsonrpc, protocol, trace_context
 from .fast_path import FastRoutes
 from .problems import PROBLEM_JSON, error_parts
 
@@ -133,6 +136,8 @@ class Entrance:
         self.public_paths = protocol.public_paths()
         self.rpc_codes = protocol.rpc_codes()
         self.fast: FastRoutes | None = FastRoutes(runtime)
+        #: A span per request, under the caller's trace context when it sends one (when tracing is on).
+        self.tracing = runtime.tracing
         settings = runtime.settings
         self.max_body = settings.max_body_bytes
         self.trusted_proxies = settings.trusted_proxies
@@ -147,23 +152,48 @@ class Entrance:
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             headers.append(("X-Request-Id", request_id))
+            if self.tracing.enabled:
+                self.tracing.annotate({"http.response.status_code": int(status[:3])})
             return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
 
         token = logs.bind_request(request_id)
+        bound = None
+        started = time.time_ns() if self.tracing.enabled else 0
         try:
             try:
                 principal = self._admit(environ)
-                answer = self.fast.answer(environ, principal) if self.fast is not None else None
+                # Who asked from where, for the audit trail of whatever this request does (every protocol).
+                bound = request_context.bind(request_id, environ.get(CLIENT_ADDRESS, ""))
             except Exception as exc:
-                return self._refuse(environ, start, exc)
-            if answer is None:
-                return self.app(environ, start)
-            headers = list(answer.headers)
-            if answer.payload:
-                headers.insert(0, ("Content-Type", "application/json"))
-            return _respond(start, answer.status, answer.payload, headers)
+                with self._span(environ, started, admitted=False):
+                    return self._refuse(environ, start, exc)
+            with self._span(environ, started, admitted=True):
+                try:
+                    answer = self.fast.answer(environ, principal) if self.fast is not None else None
+                except Exception as exc:
+                    return self._refuse(environ, start, exc)
+                if answer is None:
+                    return self.app(environ, start)
+                headers = list(answer.headers)
+                if answer.payload:
+                    headers.insert(0, ("Content-Type", "application/json"))
+                return _respond(start, answer.status, answer.payload, headers)
         finally:
+            if bound is not None:
+                request_context.unbind(bound)
             logs.unbind_request(token)
+
+    def _span(self, environ: dict[str, Any], started: int, *, admitted: bool) -> Any:
+        """The request's span, from when it arrived, under the context it carries (read once it was let in:
+        a refused request's body is never read). A held stream's span ends when its answer starts."""
+        if not self.tracing.enabled:
+            return self.tracing.span("")
+        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "")
+        found = trace_context.carrier(environ, RPC_PATHS.get(path) if admitted else None, self.max_body)
+        return self.tracing.span(trace_context.span_name(method, path), parent=self.tracing.extract(found),
+                                 kind=SpanKind.SERVER, start_ns=started, attributes={
+                                     "http.request.method": method, "url.path": path,
+                                     "tasks_backend.request_id": environ[REQUEST_ID]})
 
     def _admit(self, environ: dict[str, Any]) -> Principal | None:
         """The caller, once every rule let the request in; raises the refusal otherwise."""

@@ -80,12 +80,45 @@ class _JobCollector(Collector):
             for action, count in sorted(snapshot.sweeps.items()):
                 sweeps.add_metric([action], count)
             yield sweeps
+            yield GaugeMetricFamily("tasks_backend_jobs_running", "Jobs a worker runs now",
+                                    value=float(snapshot.running))
+            pushes = CounterMetricFamily("tasks_backend_push_deliveries",
+                                         "Push and webhook POSTs, by outcome (delivered, failed; given_up: events "
+                                         "dropped for a subscription after its last attempt)", labels=["outcome"])
+            for outcome, count in sorted(snapshot.push.items()):
+                pushes.add_metric([outcome], count)
+            yield pushes
+        yield from self._gate()
         depth = queue_depth(self.runtime)
         if depth is not None:
             gauge = GaugeMetricFamily("tasks_backend_queue_depth", "Messages waiting in the broker queue",
                                       labels=["queue"])
             gauge.add_metric([self.runtime.settings.queue], float(depth))
             yield gauge
+
+    def _gate(self) -> Iterator[Metric]:
+        """The dispatch gate's figures: the backlog in Redis before the broker, and the workers alive."""
+        stats = JobStats(self.runtime.store)
+        try:
+            now = stats.redis_now_ms()
+            figures = self.runtime.store.gate_figures(self.runtime.service.admission.call(), now)
+            oldest = stats.oldest_waiting_s(figures.oldest_in_flight, now)
+        except Exception as exc:
+            log.warning("dispatch gate metrics unavailable: %s", type(exc).__name__)
+            return
+        for name, text, value in (
+                ("jobs_held", "Jobs the dispatch gate holds until a worker slot or their concurrency value has room",
+                 figures.held),
+                ("jobs_delayed", "Jobs waiting for their runAt or delay (and retries for their backoff)",
+                 figures.delayed),
+                ("jobs_in_flight", "Jobs handed to the broker and not finished (waiting there or running)",
+                 figures.in_flight),
+                ("backlog_oldest_seconds", "Seconds the longest-waiting job handed to the broker has waited "
+                 "for a worker (0: none waits)", oldest),
+                ("workers_alive", "Workers whose published slots are current (each publishes every 10 s)",
+                 figures.workers),
+                ("worker_slots", "Job slots of the workers alive", figures.slots)):
+            yield GaugeMetricFamily(f"tasks_backend_{name}", text, value=float(value))
 
 
 def install(app: Flask, runtime: Runtime) -> None:

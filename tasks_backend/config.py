@@ -39,6 +39,29 @@ def _number(kind: type[float] | type[int], name: str, raw: Any) -> Any:
         raise ValueError(f"{name}={raw!r} is not {what}") from None
 
 
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(raw: str) -> float:
+    """Seconds from `30`, `2.5`, or a number with one unit: `500ms`, `45s`, `15m`, `12h`, `30d`."""
+    text = raw.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if text.endswith(u)), "")
+    value = float(text.removesuffix(unit)) if text.removesuffix(unit).strip() else float("nan")
+    if not 0 <= value < float("inf"):
+        raise ValueError(raw)
+    return value * _UNITS_S.get(unit, 1.0)
+
+
+def _duration(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a duration (seconds, or e.g. 30d, 12h, 15m)") from None
+
+
 def _credentials(raw: str | None) -> tuple[tuple[str, str], ...]:
     """`{"https://agent.example/": "Bearer ..."}` as (prefix, value) pairs; the values are never logged."""
     if not raw:
@@ -75,6 +98,8 @@ class Settings:
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
     admins: tuple[str, ...] = ()
+    #: Principals that may list, cancel and rerun any owner's jobs and act in bulk (never answer for them).
+    operators: tuple[str, ...] = ()
 
     default_ttl_s: float = 86400.0
     max_ttl_s: float = 30 * 86400.0
@@ -119,6 +144,9 @@ class Settings:
     #: push notifications there, which wake the waiting job at once (polling goes on beside them).
     remote_push_url: str | None = None
 
+    #: How long audit entries are kept (see README, "Audit trail").
+    audit_retention_s: float = 30 * 86400.0
+
     #: Signs the web page's session cookies; unset, each server start makes one (sessions end at a restart).
     ui_secret: str | None = None
 
@@ -144,6 +172,8 @@ class Settings:
     max_active_jobs: int = 1000
     #: Event streams, subscriptions and blocking sends one principal may have open at once.
     max_streams: int = 100
+    #: Schedules one principal may define (0: no limit); schedules declared in code do not count against it.
+    max_schedules: int = 1000
     #: Bytes of a job's params as stored (canonical JSON).
     max_params_bytes: int = 64 * 1024
     #: Ceiling on a TTL the caller asks for (MCP `task.ttl`); an operation's own TTL is the operator's.
@@ -184,6 +214,9 @@ class Settings:
             "jwt_audience": e.get("TASKS_BACKEND_JWT_AUDIENCE") or None,
             "jwt_issuer": e.get("TASKS_BACKEND_JWT_ISSUER") or None,
             "admins": tuple(a.strip() for a in (e.get("TASKS_BACKEND_ADMINS") or "").split(",") if a.strip()),
+            "operators": tuple(a.strip() for a in (e.get("TASKS_BACKEND_OPERATORS") or "").split(",")
+                               if a.strip()),
+            "audit_retention_s": _duration(e, "TASKS_BACKEND_AUDIT_RETENTION", cls.audit_retention_s),
             "default_ttl_s": _float(e, "TASKS_BACKEND_DEFAULT_TTL", cls.default_ttl_s),
             "max_ttl_s": _float(e, "TASKS_BACKEND_MAX_TTL", cls.max_ttl_s),
             "default_poll_s": _float(e, "TASKS_BACKEND_DEFAULT_POLL_INTERVAL", cls.default_poll_s),
@@ -220,6 +253,7 @@ class Settings:
             "trusted_proxies": _int(e, "TASKS_BACKEND_TRUSTED_PROXIES", cls.trusted_proxies),
             "max_active_jobs": _int(e, "TASKS_BACKEND_MAX_ACTIVE_JOBS", cls.max_active_jobs),
             "max_streams": _int(e, "TASKS_BACKEND_MAX_STREAMS", cls.max_streams),
+            "max_schedules": _int(e, "TASKS_BACKEND_MAX_SCHEDULES", cls.max_schedules),
             "max_params_bytes": _int(e, "TASKS_BACKEND_MAX_PARAMS", cls.max_params_bytes),
             "max_requested_ttl_s": _float(e, "TASKS_BACKEND_MAX_REQUESTED_TTL", cls.max_requested_ttl_s),
             "header_timeout_s": _float(e, "TASKS_BACKEND_HEADER_TIMEOUT", cls.header_timeout_s),

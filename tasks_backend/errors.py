@@ -92,6 +92,12 @@ class JobNotCancelable(Conflict):
     title = "Job not cancelable"
 
 
+class JobNotFinished(Conflict):
+    message = "The job has not finished; only a failed or cancelled job can be rerun."
+    slug = "not-finished"
+    title = "Job not finished"
+
+
 class NotWaitingForInput(Conflict):
     message = "The job is not waiting for input."
     slug = "not-waiting-for-input"
@@ -102,6 +108,14 @@ class ScheduleConflict(Conflict):
     message = "A schedule of this name exists with another definition; delete it first."
     slug = "schedule-conflict"
     title = "Schedule exists"
+
+
+class ScheduleLimitReached(Conflict):
+    """A 409, not a 429 like the quotas that free up by themselves: only deleting a schedule makes room."""
+
+    message = "This principal has as many schedules as it may define; delete one first."
+    slug = "schedule-limit-reached"
+    title = "Schedule limit reached"
 
 
 class IdempotencyConflict(TasksBackendError):

@@ -172,8 +172,9 @@ def make_settings(redis_base: str, **overrides: Any) -> Settings:
         "key_prefix": f"tbtest{suffix}",
         "queue": f"tbtest{suffix}",
         "job_modules": JOB_MODULES,
-        "tokens": "alice:alice-token,bob:bob-token,ops:ops-token",
+        "tokens": "alice:alice-token,bob:bob-token,ops:ops-token,oper:oper-token",
         "admins": ("ops",),
+        "operators": ("oper",),
         "lease_s": 3.0,
         "queued_grace_s": 2.0,
         "sweep_interval_s": 0.2,
@@ -245,6 +246,8 @@ def bearer(token: str) -> dict[str, str]:
 ALICE = bearer("alice-token")
 BOB = bearer("bob-token")
 OPS = bearer("ops-token")
+#: An operator (`TASKS_BACKEND_OPERATORS`): acts on any owner's jobs, answers none of their questions.
+OPER = bearer("oper-token")
 
 
 #: Starts the app built from some settings over real HTTP (a web server of its own, stopped after the test).

@@ -133,7 +133,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_runs_every_process_with_redis(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == APP_SERVICES | {"redis", "rabbitmq"}
+    assert set(services) == APP_SERVICES | {"redis", "rabbitmq", "prometheus", "grafana"}
     commands = {name: services[name]["command"] for name in APP_SERVICES}
     assert commands["web"][:2] == ["tasks-backend", "web"]
     assert commands["worker"][:2] == ["tasks-backend", "worker"]

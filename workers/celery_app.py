@@ -12,6 +12,7 @@ from celery import Celery, Task, signals
 from tasks_backend.config import Settings
 from tasks_backend.running.dispatch import RUN_TASK, celery_config
 from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.serving.tracing import Tracing
 
 from . import admission, operations, remote_polling, waking
 from .broker import worker_transport
@@ -29,6 +30,9 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
     app.conf.update(celery_config(settings, consumer=consumer))
     if consumer and (transport := worker_transport(settings.effective_broker_url)):
         app.conf.broker_transport = transport  # a lost broker is reconnected to, not fatal: see broker.py
+    # Read once, here: the runtime built later in each process (and push delivery) share it.
+    tracing = Tracing.from_env() if consumer else Tracing.off()
+    app.tasks_backend_tracing = tracing  # type: ignore[attr-defined]
     lock = threading.Lock()
     holder: dict[str, Runtime] = {}
     # Set when this process's worker stops (workers.stopping): the executor hands its running jobs back.
@@ -37,7 +41,7 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
     def runtime() -> Runtime:
         with lock:
             if "rt" not in holder:
-                rt = build_runtime(settings, celery_app=app)
+                rt = build_runtime(settings, celery_app=app, tracing=tracing)
                 rt.executor().stopping = stopping
                 holder["rt"] = rt
             return holder["rt"]
@@ -51,6 +55,7 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
         """Write the last second's deferred metrics and schedule cleanup before the process goes."""
         if "rt" in holder:
             holder["rt"].executor().flush()
+        tracing.flush()
 
     # weak=False: the receivers are closures that nothing else holds.
     signals.worker_process_shutdown.connect(flush, weak=False)

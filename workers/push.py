@@ -32,7 +32,8 @@ def install(app: Celery, settings: Settings, formats: Mapping[str, PushFormat]) 
             store = RedisStore(connect(settings.redis_url, settings.redis_socket_timeout_s,
                                        service=settings.redis_service),
                                Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000))
-            deliverer = PushDeliverer(store, settings, formats=formats)
+            deliverer = PushDeliverer(store, settings, formats=formats,
+                                      tracing=getattr(app, "tasks_backend_tracing", None))
             self.run_in_background(deliverer.run_forever, "push-delivery")
 
     app.steps["worker"].add(PushDelivery)

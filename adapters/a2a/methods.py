@@ -337,7 +337,7 @@ def list_push_configs(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -
 
 def delete_push_config(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     record = _owned(call, params)
-    if not call.push.delete(record.id, _task_id(params)):
+    if not call.push.delete(record.id, _task_id(params), owner=record.owner):
         raise JobNotFound("No such push notification config.")
     return {}
 

@@ -13,6 +13,7 @@ from tasks_backend.errors import BadRequest
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.timing import DELAY_MS, PRIORITY, RUN_AT, from_wire
 from tasks_backend.model.wire import detailed, handle, wire_json
+from tasks_backend.service.filters import parse_filter
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
 
@@ -99,19 +100,11 @@ def list_jobs() -> Response:
         limit = int(request.args.get("limit", "50"))
     except ValueError as exc:
         raise BadRequest("`limit` must be an integer.") from exc
-    schedule = request.args.get("schedule")
-    if schedule is not None:  # the jobs a schedule made (its own index), newest tick first
-        if request.args.get("status") is not None or request.args.get("parent") is not None:
-            raise BadRequest("`schedule` cannot be combined with `status` or `parent`.")
-        runtime: Runtime = current_app.extensions["tasks_backend"]
-        records, cursor = runtime.schedules().jobs_of(g.principal, schedule, limit=limit,
-                                                      cursor=request.args.get("cursor") or None)
-    else:
-        # An empty `status=` is a status that names nothing (a 400), not "any status".
-        records, cursor = _service().list(g.principal, status=request.args.get("status"), limit=limit,
-                                          cursor=request.args.get("cursor") or None,
-                                          parent=request.args.get("parent"))
+    # Every other query field is a filter (`service.filters`); they combine, and an unknown one is a 400.
+    flt = parse_filter({k: v for k, v in request.args.items() if k not in ("limit", "cursor")}, g.principal)
+    records, cursor = _service().find(g.principal, flt, limit=limit, cursor=request.args.get("cursor") or None)
     return jsonify({"jobs": [handle(r) | {"operation": r.operation} | ({"schedule": r.schedule} if r.schedule else {})
+                             | ({"owner": r.owner} if r.owner != g.principal.name else {})
                              for r in records], "nextCursor": cursor})
 
 

@@ -11,7 +11,8 @@ from tasks_backend.model.states import WIRE_STATUS
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
-from . import remote_push, webhooks
+from . import audit, remote_push, webhooks
+from .operate import FILTER_PARAMETERS, operate_paths
 
 bp = Blueprint("openapi", __name__)
 ADAPTER = Adapter("openapi", bp, public_paths=frozenset({"/openapi.json"}))
@@ -38,6 +39,8 @@ _HANDLE = {
                      "description": "The job whose `ctx.spawn` started this one (children only)."},
         "priority": {"type": "integer", "minimum": 0, "maximum": 9},
         "runAt": {"type": "string", "format": "date-time"},
+        "rerunOf": {"type": "string", "format": "uuid",
+                    "description": "The failed or cancelled job this one reruns (reruns only)."},
     },
 }
 
@@ -76,8 +79,11 @@ def _schedule_paths(operations: list[str]) -> dict[str, Any]:
                 "responses": {**_answer("201", "Defined", "Schedule"),
                               **_answer("200", "Already defined so", "Schedule"),
                               **_errors("400", "409", "413", "422")}},
-            "get": {"summary": "List your schedules",
-                    "responses": {**_answer("200", "Your schedules", "ScheduleList"), **_errors()}}},
+            "get": {"summary": "List your schedules, oldest first, a page at a time", "parameters": [
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                 "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."}],
+                    "responses": {**_answer("200", "A page of your schedules", "ScheduleList"), **_errors("400")}}},
         "/v1/schedules/{name}": {
             "get": {"summary": "A schedule", "parameters": [name], "responses": one},
             "delete": {"summary": "Delete a schedule (the jobs it made stay)", "parameters": [name],
@@ -138,16 +144,13 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                 "requestBody": {"required": True,
                                 "content": {"application/json": {"schema": {"oneOf": submit_variants}}}},
                 "responses": {**_answer("202", "Accepted; poll the Location"), **_errors("400", "413", "422")}},
-            "get": {"summary": "List your jobs, newest first", "parameters": [
-                {"name": "status", "in": "query", "schema": _HANDLE["properties"]["status"]},  # type: ignore[index]
+            "get": {"summary": "List your jobs (operators and admins: anyone's), newest first; filters combine",
+                    "parameters": [*FILTER_PARAMETERS,
                 {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                 {"name": "cursor", "in": "query", "schema": {"type": "string"},
                  "description": "Opaque: the `nextCursor` of an earlier page; any other value is a 400."},
-                {"name": "schedule", "in": "query", "schema": {"type": "string"},
-                 "description": "Only the jobs the schedule of this name made (not with `status` or `parent`)."},
-                {"name": "parent", "in": "query", "schema": {"type": "string"},
-                 "description": "List the child jobs of this job of yours instead (404 if it is not yours)."}],
-                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404")}},
+                ],
+                "responses": {**_answer("200", "A page of jobs", "JobList"), **_errors("400", "404", "422")}},
         },
         "/v1/jobs/{job_id}": {"get": {"summary": "Poll a job", "parameters": [job_id],
                                       "responses": {**_answer("200", "The job"), **_errors("404")}}},
@@ -168,8 +171,10 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                              "parameters": [job_id],
                                              "responses": {"200": {"description": "text/event-stream"},
                                                            **_errors("404")}}},
+        **operate_paths(job_id, _answer, _errors),
         **_schedule_paths([spec.name for spec in runtime.registry]),
         **webhook_paths,
+        **audit.PATHS,
         **remote_push.openapi_paths(_errors("404")),
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
@@ -192,7 +197,9 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
                                                              "nextCursor": {"type": ["string", "null"]}}},
                 "Schedule": _SCHEDULE,
                 "ScheduleList": {"type": "object", "required": ["schedules"],
-                                 "properties": {"schedules": {"type": "array", "items": _ref("Schedule")}}},
+                                 "properties": {"schedules": {"type": "array", "items": _ref("Schedule")},
+                                                "nextCursor": {"type": ["string", "null"]}}},
+                "AuditEntry": audit.ENTRY_SCHEMA,
                 "Problem": {"type": "object", "properties": {"type": {"type": "string"}, "title": {"type": "string"},
                                                              "status": {"type": "integer"},
                                                              "detail": {"type": "string"}}},

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from flask import Blueprint, Response, current_app, g, jsonify
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
+from tasks_backend.errors import BadRequest
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.service.schedules import ScheduleService
 
@@ -33,7 +34,13 @@ def define() -> Response:
 
 @bp.get("/schedules")
 def list_schedules() -> Response:
-    return jsonify({"schedules": [s.wire() for s in _service().list(g.principal)]})
+    """A page of the caller's schedules, oldest first (`limit`, default 50, and `cursor`, like `GET /v1/jobs`)."""
+    try:
+        limit = int(request.args.get("limit", "50"))
+    except ValueError as exc:
+        raise BadRequest("`limit` must be an integer.") from exc
+    schedules, cursor = _service().page(g.principal, limit=limit, cursor=request.args.get("cursor") or None)
+    return jsonify({"schedules": [s.wire() for s in schedules], "nextCursor": cursor})
 
 
 @bp.get("/schedules/<name>")

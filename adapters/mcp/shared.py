@@ -42,13 +42,17 @@ RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 SUBSCRIPTION_META = "io.modelcontextprotocol/subscriptionId"
 #: The `_meta` key of a task that names the job whose `ctx.spawn` started it (the handle's `parentId`).
 PARENT_META = "io.tasks-backend/parentId"
+#: The `_meta` key of a task that names the job it reruns (the handle's `rerunOf`).
+RERUN_META = "io.tasks-backend/rerunOf"
 
 
 def parent_in_meta(task: dict[str, Any]) -> dict[str, Any]:
-    """A task built from the shared handle, with `parentId` moved into its `_meta` (MCP's Task has no such field)."""
-    parent = task.pop("parentId", None)
-    if parent is not None:
-        task.setdefault("_meta", {})[PARENT_META] = parent
+    """A task built from the shared handle, with `parentId` and `rerunOf` moved into its `_meta` (MCP's Task has no
+    such fields)."""
+    for name, meta in (("parentId", PARENT_META), ("rerunOf", RERUN_META)):
+        value = task.pop(name, None)
+        if value is not None:
+            task.setdefault("_meta", {})[meta] = value
     return task
 
 

@@ -32,6 +32,7 @@ from ..http.jobs import event_stream
 from ..problems import error_parts
 from ..protocol import Adapter
 from . import forms as ui_forms
+from .sessions import PRINCIPAL as PRINCIPAL_FIELD
 from .sessions import SessionCredentials
 
 PREFIX = "/ui"
@@ -187,6 +188,8 @@ def signin() -> Response | tuple[str, int]:
     if opened is None:
         return render_template("ui/signin.html", next=request.form.get("next", ""),
                                error="That token was not accepted."), 401
+    # Owned by who signed in: they read their own sign-ins (where their token was used), as admins do.
+    _service().audit.record(opened[PRINCIPAL_FIELD], "ui.sign_in", owner=opened[PRINCIPAL_FIELD])
     # A fresh CSRF token with the new session, so one seen before signing in is worth nothing after.
     g.ui_session = {**opened, "c": secrets.token_urlsafe(24)}
     g.ui_session_changed = True
@@ -295,7 +298,14 @@ def _job_page(record: JobRecord, *, notice: str | None = None, answering: dict[s
                 error=(record.error or {"message": "Job failed."}) if record.state is JobState.FAILED else None)
     timeline, last_event = _timeline(record)
     return render_template("ui/job.html", job=view, timeline=timeline, last_event=last_event, notice=notice,
-                           answering=answering)
+                           answering=answering, actions=_actions(record))
+
+
+def _actions(record: JobRecord) -> list[dict[str, str]]:
+    """Who cancelled the job and who answered its questions, from the audit trail (oldest first)."""
+    words = {"job.cancel": "Cancelled", "job.answer": "Answered"}
+    return [{"at": rfc3339(e.at_ms), "what": words[e.action], "who": e.principal, "detail": e.detail}
+            for e in _service().audit.about_job(record.id, actions=tuple(words))]
 
 
 def _shown(value: Any) -> dict[str, Any]:

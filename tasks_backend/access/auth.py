@@ -33,7 +33,15 @@ MAX_SUBJECT_CHARS = 255
 @dataclass(frozen=True)
 class Principal:
     name: str
+    #: May read any job (`TASKS_BACKEND_ADMINS`).
     admin: bool = False
+    #: May read, cancel and rerun any job and act in bulk, never answer another's (`TASKS_BACKEND_OPERATORS`).
+    operator: bool = False
+
+
+def principal_of(settings: Settings, name: str) -> Principal:
+    """The principal `name` with the rights `settings` give it (also what a bulk job acts as, on a worker)."""
+    return Principal(name=name, admin=name in settings.admins, operator=name in settings.operators)
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,7 @@ class Authenticator:
 
     def principal(self, name: str) -> Principal:
         """The principal `name` with the rights the settings give it now."""
-        return Principal(name=name, admin=name in self.settings.admins)
+        return principal_of(self.settings, name)
 
     def identify(self, token: str) -> Identity | None:
         """Whom a bearer token (without its scheme) names; None if no one."""

@@ -1,4 +1,5 @@
-"""The commands that talk to a running server: submit, status, watch, cancel, list, answer, operations,
+"""The commands that talk to a running server: submit, status, watch, list, answer, operations (cancel and rerun in
+`operate_commands`),
 plus `token add`, which only writes the tokens file.
 
 Each talks to `--url`/`--token` (or `TASKS_BACKEND_URL`/`TASKS_BACKEND_TOKEN`) through
@@ -33,6 +34,8 @@ from rich.table import Column, Table
 from tasks_backend.access.auth import token_digest
 from tasks_backend.client import DEFAULT_URL, Client, Job, ServerUnreachable
 from tasks_backend.errors import TasksBackendError, Unauthenticated
+
+from .timing import timing_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -195,15 +198,19 @@ def _handle_table(job: Job) -> Table:
 @click.argument("params", nargs=-1)
 @click.option("--wait", "wait_", is_flag=True, help="follow the job with a progress bar and print its result")
 @click.option("--idempotency-key", default=None, help="reuse to make a repeated submit return the same job")
+@timing_options
 @server_options
-def submit(client: Client, operation: str, params: tuple[str, ...], wait_: bool,
-           idempotency_key: str | None) -> None:
-    """Submit OPERATION with key=value params (typed by the operation's schema)."""
+def submit(client: Client, operation: str, params: tuple[str, ...], wait_: bool, idempotency_key: str | None,
+           priority: int | None, delay: float | None, run_at: str | None) -> None:
+    """Submit OPERATION with key=value params (typed by the operation's schema), now or later (--delay, --run-at)."""
+    if delay is not None and run_at is not None:
+        raise click.UsageError("Give --delay or --run-at, not both.")
     schemas = {op["name"]: op.get("paramsSchema") for op in client.operations()}
     if operation not in schemas:
         raise click.BadParameter(f"unknown operation {operation!r}; known: {', '.join(sorted(schemas))}",
                                  param_hint="OPERATION")
-    job = client.submit(operation, parse_pairs(params, schemas[operation]), idempotency_key=idempotency_key)
+    job = client.submit(operation, parse_pairs(params, schemas[operation]), idempotency_key=idempotency_key,
+                        run_at=run_at, delay=delay, priority=priority)
     if not wait_:
         click.echo(job.id)
         return
@@ -241,15 +248,6 @@ def status(client: Client, job_id: str, as_json: bool) -> None:
 def watch(client: Client, job_id: str) -> None:
     """Follow a job with a progress bar until it finishes or asks for input."""
     finish(follow(client, client.get(job_id)))
-
-
-@click.command()
-@click.argument("job_id")
-@server_options
-def cancel(client: Client, job_id: str) -> None:
-    """Ask a job to stop (a running job stops at its next cancellation point)."""
-    job = client.cancel(job_id)
-    _err().print(f"Cancel requested; {job.id} is {job.status}")
 
 
 @click.command(name="list")
@@ -383,5 +381,5 @@ def token_add(principal: str, path: str) -> None:
 
 
 def register_client_commands(group: click.Group) -> None:
-    for command in (submit, status, watch, cancel, list_jobs, answer, operations, token):
+    for command in (submit, status, watch, list_jobs, answer, operations, token):
         group.add_command(command)

@@ -15,7 +15,9 @@ import click
 
 from tasks_backend.serving.logs import configure_logging
 
+from .audit_commands import audit
 from .client_commands import register_client_commands
+from .operate_commands import cancel, rerun
 from .run import run
 from .schedule_commands import schedule
 from .webhook_commands import webhook_secret
@@ -121,7 +123,10 @@ def flower(ctx: click.Context) -> None:
 main.add_command(run)
 main.add_command(schedule)
 main.add_command(webhook_secret)
+main.add_command(audit)
 register_client_commands(main)
+main.add_command(cancel)
+main.add_command(rerun)
 
 if __name__ == "__main__":
     main()

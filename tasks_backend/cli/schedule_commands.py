@@ -50,10 +50,12 @@ def add(client: Client, name: str, operation: str, params: tuple[str, ...], cron
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="print the schedules as JSON")
+@click.option("--page-size", type=click.IntRange(1, 200), default=200, show_default=True,
+              help="schedules asked for per request (every page is read)")
 @server_options
-def list_schedules(client: Client, as_json: bool) -> None:
-    """List your schedules."""
-    schedules = client.schedules()
+def list_schedules(client: Client, as_json: bool, page_size: int) -> None:
+    """List your schedules, oldest first (all of them: the pages are followed)."""
+    schedules = client.schedules(page_size)
     if as_json:
         _echo_json(schedules)
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -73,6 +74,21 @@ class AsyncClient(_Base[httpx.AsyncClient]):
 
     async def cancel(self, job_id: str) -> Job:
         return Job.from_wire((await self._request("POST", f"/v1/jobs/{job_id}/cancel", retry=False)).json())
+
+    async def rerun(self, job_id: str, keep_steps: bool = False, *, idempotency_key: str | None = None) -> Job:
+        """As `Client.rerun`."""
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        response = await self._request("POST", f"/v1/jobs/{job_id}/rerun", json={"keepSteps": keep_steps},
+                                       headers=headers)
+        return Job.from_wire(response.json())
+
+    async def bulk(self, action: str, filter: Mapping[str, Any] | None = None, *, dry_run: bool = False,
+                   keep_steps: bool = False) -> Job:
+        """As `Client.bulk`."""
+        body = {"action": action, "filter": dict(filter or {}), "dryRun": dry_run, "keepSteps": keep_steps}
+        response = await self._request("POST", "/v1/jobs/bulk", json=body,
+                                       headers={"Idempotency-Key": str(uuid.uuid4())})
+        return Job.from_wire(response.json())
 
     async def answer(self, job_id: str, responses: Mapping[str, Any]) -> Job:
         response = await self._request("POST", f"/v1/jobs/{job_id}/input", retry=False,

@@ -80,6 +80,8 @@ class Job:
     #: Its priority among its owner's queued jobs (0-9), and when it may start (RFC 3339), if it was given a time.
     priority: int | None = None
     run_at: str | None = None
+    #: The failed or cancelled job this one reruns (`rerun`).
+    rerun_of: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -94,7 +96,7 @@ class Job:
                    status_message=data.get("statusMessage"), operation=data.get("operation"),
                    progress=data.get("progress"), result=data.get("result"), error=data.get("error"),
                    input_requests=data.get("inputRequests"), priority=data.get("priority"),
-                   run_at=data.get("runAt"), raw=dict(data))
+                   run_at=data.get("runAt"), rerun_of=data.get("rerunOf"), raw=dict(data))
 
 
 @dataclass(frozen=True)

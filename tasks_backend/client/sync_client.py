@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -82,6 +83,22 @@ class Client(_Base[httpx.Client]):
     def cancel(self, job_id: str) -> Job:
         return Job.from_wire(self._request("POST", f"/v1/jobs/{job_id}/cancel", retry=False).json())
 
+    def rerun(self, job_id: str, keep_steps: bool = False, *, idempotency_key: str | None = None) -> Job:
+        """Rerun a failed or cancelled job as a new one (its `rerun_of` names this one); with `keep_steps` the steps
+        the original recorded count as done. Retried with the same idempotency key, so it is made at most once."""
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        response = self._request("POST", f"/v1/jobs/{job_id}/rerun", json={"keepSteps": keep_steps}, headers=headers)
+        return Job.from_wire(response.json())
+
+    def bulk(self, action: str, filter: Mapping[str, Any] | None = None, *, dry_run: bool = False,
+             keep_steps: bool = False) -> Job:
+        """Start a bulk `cancel` or `rerun` of the jobs `filter` matches: the bulk job's handle (its result gives
+        the counts and ids once it completed; `dry_run`: what it would do, nothing done)."""
+        body = {"action": action, "filter": dict(filter or {}), "dryRun": dry_run, "keepSteps": keep_steps}
+        response = self._request("POST", "/v1/jobs/bulk", json=body,
+                                 headers={"Idempotency-Key": str(uuid.uuid4())})
+        return Job.from_wire(response.json())
+
     def answer(self, job_id: str, responses: Mapping[str, Any]) -> Job:
         """Answer open input requests, `{request key: content}`; the job resumes once all are answered."""
         response = self._request("POST", f"/v1/jobs/{job_id}/input", retry=False,
@@ -96,13 +113,29 @@ class Client(_Base[httpx.Client]):
     def operations(self) -> builtins.list[dict[str, Any]]:
         return list(self._request("GET", "/v1/operations").json()["operations"])
 
+    def audit(self, *, job: str | None = None, principal: str | None = None, since: str | None = None,
+              cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of the audit trail (`GET /v1/audit`) as the API gives it: `entries`, newest first, and
+        `nextCursor`. `since`: RFC 3339, or a duration back from now (`1h`)."""
+        query = {"job": job, "principal": principal, "since": since, "cursor": cursor, "limit": limit}
+        return dict(self._request("GET", "/v1/audit", params={k: v for k, v in query.items() if v is not None}).json())
+
     # -- schedules (plain JSON: the schedule as the API gives it) -------------------------------------
     def add_schedule(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Define a schedule (`POST /v1/schedules`); the same definition again returns it as it stands."""
         return dict(self._request("POST", "/v1/schedules", json=dict(body)).json())
 
-    def schedules(self) -> builtins.list[dict[str, Any]]:
-        return list(self._request("GET", "/v1/schedules").json()["schedules"])
+    def schedules(self, page_size: int = 200) -> builtins.list[dict[str, Any]]:
+        """Every schedule of the caller, oldest first, following `GET /v1/schedules`'s pages."""
+        out: builtins.list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": page_size, **({"cursor": cursor} if cursor else {})}
+            page = self._request("GET", "/v1/schedules", params=params).json()
+            out.extend(page["schedules"])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return out
 
     def schedule(self, name: str) -> dict[str, Any]:
         return dict(self._request("GET", f"/v1/schedules/{quote(name, safe='')}").json())

@@ -1,13 +1,15 @@
-"""Webhook receivers on loopback for trying push delivery: one that records each POST (and can fail the first
-few), and one that accepts connections and never answers."""
+"""Receivers on loopback: for trying push delivery, one that records each POST (and can fail the first few) and
+one that accepts connections and never answers; for traces, an OTLP/HTTP endpoint that keeps the spans it gets."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import selectors
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -105,3 +107,86 @@ class NeverAnswers:
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()  # type: ignore[union-attr]
         self._selector.close()
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """One span as an OTLP receiver got it: ids in hex ('' for no parent), attributes as Python values."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, Any]
+    links: tuple[tuple[str, str], ...]
+    service: str
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP trace endpoint on loopback: accepts `POST /v1/traces` (protobuf, gzip or not) and keeps the
+    spans it decodes (`decode=False`: only counts the requests, for benchmarks). `url` is what
+    `OTEL_EXPORTER_OTLP_ENDPOINT` takes."""
+
+    def __init__(self, decode: bool = True) -> None:
+        self.requests = 0
+        self.received: list[ReceivedSpan] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class OtlpHandler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != "/v1/traces":
+                    self.send_response(404)
+                else:
+                    if self.headers.get("Content-Encoding") == "gzip":
+                        body = gzip.decompress(body)
+                    spans = _decode(body) if decode else []
+                    with receiver.lock:
+                        receiver.requests += 1
+                        receiver.received.extend(spans)
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), OtlpHandler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def spans(self) -> list[ReceivedSpan]:
+        with self.lock:
+            return list(self.received)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _decode(body: bytes) -> list[ReceivedSpan]:
+    # Imported here: only a receiver that decodes needs it (it comes with the OTLP exporter).
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    spans = []
+    for resource_spans in request.resource_spans:
+        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                spans.append(ReceivedSpan(
+                    span.name, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
+                    {a.key: _value(a.value) for a in span.attributes},
+                    tuple((link.trace_id.hex(), link.span_id.hex()) for link in span.links),
+                    str(resource.get("service.name", ""))))
+    return spans
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None

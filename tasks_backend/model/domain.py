@@ -9,7 +9,7 @@ import enum
 import functools
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -109,6 +109,13 @@ class JobRecord:
     #: When the job may start (Redis ms; None: at once), and its priority among its owner's queued jobs (0-9).
     run_at_ms: int | None = None
     priority: int = DEFAULT_PRIORITY
+    #: The submit's trace context (a W3C `traceparent`; None: not traced), which the worker's spans join.
+    trace: str | None = None
+    #: Since when this run waited in the queue (Redis ms; set by a claim only, from the last move before it; a
+    #: replayed claim sees its own move instead). Not part of the job: records that differ in it alone are equal.
+    queued_ms: int = field(default=0, compare=False)
+    #: The failed or cancelled job this one reruns (None: not a rerun).
+    rerun_of: str | None = None
 
     @property
     def params(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from .states import WIRE_STATUS
 
 def handle(record: JobRecord) -> dict[str, Any]:
     """The task handle: the same fields in HTTP, MCP 2026 and (renamed) MCP 2025 (MCP moves `parentId`, the job
-    that spawned this one, into the task's `_meta`)."""
+    that spawned this one, and `rerunOf`, the job it reruns, into the task's `_meta`)."""
     out: dict[str, Any] = {
         "taskId": record.id,
         "status": WIRE_STATUS[record.state],
@@ -29,6 +29,8 @@ def handle(record: JobRecord) -> dict[str, Any]:
         out["runAt"] = rfc3339(record.run_at_ms)
     if record.parent_id:
         out["parentId"] = record.parent_id
+    if record.rerun_of:
+        out["rerunOf"] = record.rerun_of
     return out
 
 

@@ -20,6 +20,8 @@ from typing import Any
 from ..config import Settings
 from ..errors import ServiceUnavailable, StoreUnavailable
 from ..model.domain import JobRecord, JobState
+from ..running.stats import JobStats, Tally
+from ..serving.tracing import Tracing, job_attributes
 from ..store.connect import through_outage
 from ..store.feeds import Event
 from ..store.jobs import RedisStore
@@ -38,6 +40,8 @@ CLAIM_MS = 60_000
 #: Backoff between attempts of one event: 0.5 s, 1 s, 2 s, ... capped.
 BACKOFF_BASE_MS = 500
 BACKOFF_MAX_MS = 60_000
+#: How often the POSTs' outcomes are written to the metrics (seconds).
+COUNTS_EVERY_S = 1.0
 #: How far an owner's due job is put back when that owner already has its share of passes here.
 DEFER_MS = 1000
 _REFRESH = (JobState.COMPLETED, JobState.FAILED, JobState.INPUT_REQUIRED)
@@ -160,8 +164,10 @@ class PushDeliverer:
     """
 
     def __init__(self, store: RedisStore, settings: Settings, batch: int = 100,
-                 *, formats: Mapping[str, PushFormat]) -> None:
+                 *, formats: Mapping[str, PushFormat], tracing: Tracing | None = None) -> None:
         self.store = store
+        #: A span per POST, in the job's trace (off unless the worker's tracing is on).
+        self.tracing = tracing or Tracing.off()
         #: Format name -> format: every adapter's, handed in by the command line
         #: (`tasks-backend worker`).
         self.formats = dict(formats)
@@ -182,9 +188,12 @@ class PushDeliverer:
         self.breakers = Breakers()
         self._held: Counter[str] = Counter()
         self._changed = threading.Condition()
+        #: POSTs delivered or failed and events given up, for the metrics.
+        self.tally = Tally(JobStats(store), "push")
 
     def close(self) -> None:
         self._pool.shutdown()
+        self.tally.write()
 
     # -- the loop -----------------------------------------------------------------------
     def deliver_once(self) -> int:
@@ -192,6 +201,7 @@ class PushDeliverer:
         passes, _ = self._start(self.batch)
         for job_pass in passes:
             job_pass.done.wait()
+        self.tally.write()
         return sum(p.posted for p in passes)
 
     def run_forever(self, stop: threading.Event) -> None:
@@ -209,6 +219,7 @@ class PushDeliverer:
                     log.warning("push delivery paused: Redis is unreachable")
                 except Exception:
                     log.exception("push delivery pass failed")
+                self.tally.write(COUNTS_EVERY_S)
                 # Jobs put back may hide others' due jobs behind them: look again at once.
                 if not started and not deferred:
                     with self._changed:  # until a pass ends (room, or a job due again) or a while
@@ -307,7 +318,7 @@ class PushDeliverer:
             if self.stop.is_set() or time.monotonic() - job_pass.clock.started > self.budget_s:
                 return posted, cursor, True
             for body, headers in self._posts(fmt, config, view, pending, after):
-                if not self._post(pending.job_id, config, body, headers, owner=job_pass.owner):
+                if not self._traced_post(record, config, body, headers, owner=job_pass.owner):
                     return posted, self._failed(job_pass, config["id"], cursor, after, view.terminal), False
                 posted += 1
             cursor = Cursor(after=after, done=view.terminal, tag=cursor.tag)
@@ -319,6 +330,7 @@ class PushDeliverer:
         """The cursor after a failed attempt at the item that would move it to `item`."""
         attempts = cursor.attempts + 1
         if attempts >= self.settings.push_max_attempts:
+            self.tally.add("given_up")
             log.warning("push to config %s of job %s: giving up on one event after %d attempts",
                         config_id, job_pass.pending.job_id, attempts)
             return Cursor(after=item, done=final, tag=cursor.tag)
@@ -355,11 +367,30 @@ class PushDeliverer:
             raise LookupError(f"no push format {name!r}")
         return fmt
 
+    def _traced_post(self, record: JobRecord, config: dict[str, Any], body: dict[str, Any] | bytes,
+                     headers: Mapping[str, str] | None, *, owner: str) -> bool:
+        """`_post`, as a span under the job's submit: the config's id, never its URL or token."""
+        if not self.tracing.enabled:
+            return self._post(record.id, config, body, headers, owner=owner)
+        with self.tracing.span("push delivery", parent=record.trace, attributes={
+                **job_attributes(record.id, record.operation, record.owner),
+                "tasks_backend.push.config": str(config.get("id", ""))}):
+            delivered = self._post(record.id, config, body, headers, owner=owner)
+            if not delivered:
+                self.tracing.failed("not delivered")
+            return delivered
+
     def _post(self, job_id: str, config: dict[str, Any], body: dict[str, Any] | bytes,
               headers: Mapping[str, str] | None = None, *, owner: str = "") -> bool:
         """One POST; any failure is logged (its kind only: messages may quote URLs or secrets).
 
         A target whose breaker (the owner's own) is open is not called: the attempt fails at once, as the POST would."""
+        delivered = self._attempt(job_id, config, body, headers, owner)
+        self.tally.add("delivered" if delivered else "failed")
+        return delivered
+
+    def _attempt(self, job_id: str, config: dict[str, Any], body: dict[str, Any] | bytes,
+                 headers: Mapping[str, str] | None, owner: str) -> bool:
         target = target_of(owner, str(config.get("url", "")))
         if not self.breakers.allow(target):
             log.debug("push to config %s of job %s not sent: its target is not answering", config.get("id"), job_id)

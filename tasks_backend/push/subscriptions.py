@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -28,6 +28,9 @@ from .webhook import resolve_target as resolve_target
 
 #: Subscriptions one job may hold; each one is a webhook POST per event.
 MAX_CONFIGS_PER_JOB = 10
+#: Told of each subscription set or deleted: `(principal, action, job_id=, target=, owner=)`, as the audit
+#: trail's `Audit.record` takes them (only a job's owner changes its subscriptions).
+AuditHook = Callable[..., None]
 
 class PushFormat(Protocol):
     """What an adapter's subscribers receive: the adapter that stores a subscription names its format."""
@@ -125,8 +128,9 @@ class Pending:
 class PushStore:
     """A job's push subscriptions, their delivery cursors, and the due set the delivery loop reads."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, audit: AuditHook | None = None) -> None:
         self.store = store
+        self.audit = audit
         self.redis = store.redis
         self.keys = store.keys
         #: The store's runner: the push scripts (`store/scripts/push/`) are loaded with the job scripts.
@@ -159,6 +163,8 @@ class PushStore:
             if not stored_ok:
                 raise InvalidParams(f"A task may have at most {MAX_CONFIGS_PER_JOB} push configs.")
             self._schedule(record.id, 0)
+        if self.audit is not None:
+            self.audit(record.owner, "push_config.set", job_id=record.id, target=config["id"], owner=record.owner)
         return config
 
     def get(self, job_id: str, config_id: str) -> dict[str, Any] | None:
@@ -171,12 +177,15 @@ class PushStore:
             raw = self.redis.hgetall(self.keys.push_configs(job_id))
         return [_decode(v)[1] for _, v in sorted(raw.items())]
 
-    def delete(self, job_id: str, config_id: str) -> bool:
+    def delete(self, job_id: str, config_id: str, *, owner: str | None = None) -> bool:
+        """Whether the subscription was there; `owner`, the job's (who deletes it), for the audit trail."""
         with redis_errors():
             pipe = self.redis.pipeline(transaction=True)
             pipe.hdel(self.keys.push_configs(job_id), config_id)
             pipe.hdel(self.keys.push_cursors(job_id), config_id)
             removed, _ = pipe.execute()
+        if removed and owner and self.audit is not None:
+            self.audit(owner, "push_config.delete", job_id=job_id, target=config_id, owner=owner)
         return bool(removed)
 
     def last_event_id(self, job_id: str) -> str:

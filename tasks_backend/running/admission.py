@@ -2,10 +2,11 @@
 
 Every path that makes a job runnable goes through here: a submit (`entry`, in the submit's own round trip on a
 single Redis; `admit` after it on a Cluster), an answered question or a wake (`resume`), a retry or a hand-back
-(`requeue`), a run that ended (`after_run`, which lets held jobs into the room it made), and the pump (`tick`:
-delayed jobs now due, a worker that starts). The gate holds a job in Redis, before the broker, while as many
-jobs are in flight as the workers have slots (fair shares), until its time (a delay), or while its concurrency
-value is full; it releases held jobs owner by owner in turn, each owner's by priority, then submission order.
+(`requeue`), a run that ended (`leaving`, in its last transition on a single Redis; `after_run` otherwise: held
+jobs take the room it made), and the pump (`tick`: delayed jobs now due, a worker that starts). The gate holds a
+job in Redis, before the broker, while as many jobs are in flight as the workers have slots (fair shares), until
+its time (a delay), or while its concurrency value is full; it releases held jobs owner by owner in turn, each
+owner's by priority, then submission order.
 Both brokers see the same order. Rule: released jobs are published here when the gate could not push them in
 its own script (the broker is not the store's Redis); a publish lost in a crash is the sweeper's to redo.
 """
@@ -24,7 +25,8 @@ from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import JobRecord, JobState
 from ..model.timing import Timing
-from ..store.admission import GateCall, GateEntry, Released
+from ..store.admission import GateCall, GateEntry, GateLeave, Released
+from ..store.admission import entry as gate_entry
 from ..store.jobs import RedisStore
 from ..store.outcomes import Claimed
 from .dispatch import Dispatcher, RedisDispatcher
@@ -54,6 +56,7 @@ class DispatchGate:
         self.store, self.dispatcher, self.settings = store, dispatcher, settings
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
         self._scan = 0  # where `prune` goes on through the gate's jobs
+        self._keys = tuple(store.keys.gate_keys(settings.queue))
 
     def call(self) -> GateCall:
         push = None
@@ -61,7 +64,7 @@ class DispatchGate:
             ttl = self.dispatcher.counter_ttl_due()
             push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl))
         return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
-                        tuple(self.store.keys.gate_keys(self.settings.queue)), push)
+                        self._keys, push)
 
     def entry(self, job_id: str, owner: str, operation: str, spec: Any, params: dict[str, Any],
               timing: Timing) -> GateEntry | None:
@@ -72,12 +75,15 @@ class DispatchGate:
         if not self.settings.fair_shares and limit is None and delay in ("0", "@0"):
             return None
         keys = self.store.keys
-        message = self.dispatcher.message(job_id, operation) if isinstance(self.dispatcher, RedisDispatcher) and \
-            self.inline else operation
-        info: dict[str, Any] = {"o": keys.gate_owner(owner), "p": timing.rank, "c": "", "m": 0, "x": message}
-        if limit is not None:
-            info.update(c=keys.gate_concurrency(operation, limit[0]), m=limit[1])
-        return GateEntry(self.call(), json.dumps(info, separators=(",", ":")), delay)
+        conc, most = ("", 0) if limit is None else (keys.gate_concurrency(operation, limit[0]), limit[1])
+        info = gate_entry(keys.gate_owner(owner), timing.rank, self.message(job_id, operation), conc, most)
+        return GateEntry(self.call(), info, delay)
+
+    def message(self, job_id: str, operation: str) -> str:
+        """What the gate publishes for a job: its broker message when it pushes it itself, else its operation."""
+        if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
+            return self.dispatcher.message(job_id, operation)
+        return operation
 
     # -- the paths that make a job runnable --------------------------------------------------------
     def admit(self, job_id: str, entry: GateEntry) -> None:
@@ -90,7 +96,8 @@ class DispatchGate:
         in its old place, or published as it is when the gate never knew it. Unpublished (the broker or Redis
         down), it is left to the sweep entry its move to `queued` wrote."""
         try:
-            known, released = self.store.gate_admit(self.call(), job_id, "", "0")
+            known, released = self.store.gate_admit(self.call(), job_id, "", "0",
+                                                    message=self.message(job_id, operation))
         except StoreUnavailable:
             log.warning("job %s resumed but not admitted: the sweeper publishes it", job_id)
             return
@@ -108,7 +115,7 @@ class DispatchGate:
         again. Raises `DispatchUnavailable` when it could not be passed on (its sweep entry covers it)."""
         try:
             known, released = self.store.gate_admit(self.call(), record.id, "", str(int(delay_s * 1000)),
-                                                    leave_first=True)
+                                                    leave_first=True, message=self.message(record.id, record.operation))
         except StoreUnavailable as exc:
             raise DispatchUnavailable() from exc
         self.publish(released)
@@ -119,15 +126,27 @@ class DispatchGate:
                   lookup: Callable[[str], Any] | None = None) -> None:
         """A worker is done with a job (or refused to start it): it leaves flight, and held jobs take its room.
         With fair shares off, a job that had neither a time nor a concurrency limit never entered the gate."""
-        if record is not None and lookup is not None and not self.settings.fair_shares and record.run_at_ms is None:
-            try:
-                limited = getattr(lookup(record.operation), "concurrency", None) is not None
-            except TasksBackendError:
-                limited = False
-            if not limited:
-                return
+        if record is not None and lookup is not None and not self.entered(record, lookup):
+            return
         if outcome in FINAL or outcome in PAUSED:
             self.leave([job_id], final=outcome in FINAL)
+
+    def entered(self, record: JobRecord, lookup: Callable[[str], Any]) -> bool:
+        """Whether the job went through the gate: always with fair shares on, else when it had a time or a
+        concurrency limit."""
+        if self.settings.fair_shares or record.run_at_ms is not None:
+            return True
+        try:
+            return getattr(lookup(record.operation), "concurrency", None) is not None
+        except TasksBackendError:
+            return False
+
+    def leaving(self, record: JobRecord, target: str, lookup: Callable[[str], Any]) -> GateLeave | None:
+        """The gate's leave to ride in a run's last transition (finished, or parked for input), on a single Redis;
+        None when the leave, if any, is `after_run`'s (a Redis Cluster, a move that keeps the job in flight)."""
+        if not self.store.single or not (target in FINAL or target in PAUSED) or not self.entered(record, lookup):
+            return None
+        return GateLeave(self.call(), final=target in FINAL)
 
     def leave(self, job_ids: Sequence[str], *, final: bool) -> None:
         try:

@@ -22,6 +22,7 @@ from marshmallow import Schema
 from ..config import Settings
 from ..errors import StoreUnavailable
 from ..model.domain import JobRecord, JobState, rfc3339
+from ..serving.tracing import JOB_ID, Tracing
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -72,6 +73,8 @@ class Runner(Protocol):
     stopping: threading.Event
     #: (owner, operation, params, idempotency key, parent id) -> the child's id; None: no child jobs here.
     spawner: Callable[[str, str, Any, str, str], str] | None
+    #: The spans of steps and questions (children of the run's).
+    tracing: Tracing
 
 
 class Lease:
@@ -108,6 +111,8 @@ class JobContext(RemoteSteps):
         self.told_to_stop = False
         #: How many sleeps, spawns and waits this run made so far: the names of their records.
         self._counts: dict[str, int] = {}
+        #: The job service built-in operations act through (`running.builtin`); None where the runtime gave none.
+        self.actor: Any = getattr(executor, "actor", None)
 
     # -- progress and cancellation ----------------------------------------------
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
@@ -158,6 +163,13 @@ class JobContext(RemoteSteps):
         if recorded is not None:
             return json.loads(recorded)  # type: ignore[no-any-return]
         self.check_cancelled()
+        tracing = self._executor.tracing
+        if tracing.enabled:
+            with tracing.span("step", attributes={JOB_ID: self.job_id, "tasks_backend.step.name": name}):
+                return self._run_step(name, fn)
+        return self._run_step(name, fn)
+
+    def _run_step(self, name: str, fn: Callable[[], T]) -> T:
         value = fn()
         encoded = json.dumps(value)
         outcome, stored = through_outage(
@@ -191,7 +203,13 @@ class JobContext(RemoteSteps):
                 continue
             answer = json.loads(raw)
             answers[key] = answer.get("content") if answer.get("action") == "accept" else None
+        if answers and self._executor.tracing.enabled:
+            self._executor.tracing.record("answered", time.time_ns(), attributes={
+                JOB_ID: self.job_id, "tasks_backend.question.keys": sorted(answers)})
         if missing:
+            # Only the questions' names: their messages may quote the job's data.
+            self._executor.tracing.record("question", time.time_ns(), attributes={
+                JOB_ID: self.job_id, "tasks_backend.question.keys": sorted(missing)})
             first = next(iter(missing.values()))["params"]["message"]
             raise _Parked(missing, first if len(missing) == 1 else f"{len(missing)} questions need answers.")
         return answers

@@ -23,12 +23,14 @@ from typing import Any
 from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
+from ..serving.tracing import Tracing, job_attributes, ms_to_ns
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
 from .admission import DispatchGate
+from .builtin import BUILTINS
 from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost
 from .dispatch import Dispatcher
 from .parking import _Parked, _Suspend
@@ -100,8 +102,13 @@ class LeaseKeeper:
 
 class Executor:
     def __init__(self, store: RedisStore, registry: Registry, dispatcher: Dispatcher, settings: Settings,
-                 name: str | None = None, spawner: Spawner | None = None) -> None:
+                 name: str | None = None, spawner: Spawner | None = None, tracing: Tracing | None = None,
+                 actor: Any = None) -> None:
         self.store, self.registry, self.dispatcher, self.settings = store, registry, dispatcher, settings
+        #: The spans of runs, steps, questions and retries (off unless the runtime's tracing is on).
+        self.tracing = tracing or Tracing.off()
+        #: The job service built-in operations act through (`builtin.BulkActor`), wired by the runtime.
+        self.actor = actor
         #: Starts a child job for `ctx.spawn` (the service's submit, wired by the runtime).
         self.spawner = spawner
         self.waker = Waker(store, dispatcher, settings)
@@ -115,6 +122,8 @@ class Executor:
         self.stopping = threading.Event()
         self._running: dict[str, JobRecord] = {}
         self._finished: list[str] = []
+        #: Runs that left the dispatch gate in their last transition (`_finish`): `run` leaves it no second time.
+        self._left: set[str] = set()
         self._finished_lock = threading.Lock()
 
     def flush(self) -> None:
@@ -124,9 +133,11 @@ class Executor:
         finds, and metrics are metrics. Batching them keeps a finished job to one command."""
         with self._finished_lock:
             finished, self._finished = self._finished, []
+            running = {job_id: r.expires_ms for job_id, r in self._running.items()}
         try:
-            self.store.unschedule_finished(finished, also=self.stats.flush_into)
+            self.store.unschedule_finished(finished, also=lambda pipe: self.stats.flush_into(pipe, running))
         except StoreUnavailable:
+            self.stats.forget_running()  # written again in full by the next flush
             log.debug("deferred writes dropped: Redis is unreachable")
 
     def run(self, job_id: str) -> str:
@@ -148,13 +159,17 @@ class Executor:
             self._running[job_id] = record
         done = "lost"
         try:
-            done = self._execute(record, record.token, lease)
+            done = self._traced(record, lease) if self.tracing.enabled else self._execute(record, record.token, lease)
             return done
         finally:
             with self._finished_lock:
                 self._running.pop(job_id, None)
             self.keeper.release(lease)
-            self.admission.after_run(job_id, done, record, self.registry.get)
+            with self._finished_lock:
+                left = job_id in self._left
+                self._left.discard(job_id)
+            if not left:
+                self.admission.after_run(job_id, done, record, self.registry.get)
 
     def hand_back_overdue(self) -> list[str]:
         """Hand back, from outside them, the jobs still running here once a stop's deadline has passed: they
@@ -164,11 +179,26 @@ class Executor:
             running = list(self._running.values())
         return [r.id for r in running if self._hand_back(r, r.token) == "handed back"]
 
+    def _traced(self, record: JobRecord, lease: Lease) -> str:
+        """The run as a span under the submit (the job's stored context), after its wait in the queue."""
+        attributes = job_attributes(record.id, record.operation, record.owner)
+        started = time.time_ns()
+        if record.queued_ms:
+            self.tracing.record("queue wait", ms_to_ns(record.queued_ms), parent=record.trace, attributes=attributes,
+                                end_ns=started)
+        run = {**attributes, "tasks_backend.run.attempt": record.attempts, "tasks_backend.run.retries": record.retries}
+        with self.tracing.span("run", parent=record.trace, attributes=run, start_ns=started):
+            done = self._execute(record, record.token, lease)
+            self.tracing.annotate({"tasks_backend.run.outcome": done})
+            if done == JobState.FAILED.value:
+                self.tracing.failed(done)
+            return done
+
     def _execute(self, record: JobRecord, token: int, keeper: Lease) -> str:
         ctx = JobContext(self, record, token, keeper)
         spec: JobSpec | None = None
         try:
-            spec = self.registry.get(record.operation)
+            spec = BUILTINS.get(record.operation) or self.registry.get(record.operation)
             params = spec.load_params(record.params)
             result = spec.fn(ctx, **params)
             if ctx.told_to_stop:  # it saw `cancelled` and returned early: what it returned is not its result
@@ -201,6 +231,9 @@ class Executor:
         if retries >= spec.max_retries:
             return None
         delay = spec.retry_backoff_s * (2**retries)
+        self.tracing.record("retry", time.time_ns(), attributes={
+            **job_attributes(record.id, record.operation, record.owner), "tasks_backend.retry.number": retries + 1,
+            "tasks_backend.retry.delay_s": delay, "tasks_backend.retry.error_type": type(exc).__name__})
         # The sweep entry rides with the move into `queued`: if the publish below never happens, the
         # sweeper republishes once the delay and the grace have passed.
         retrying = Change.retrying(retries + 1, f"Retrying in {delay:g}s after {type(exc).__name__}.")
@@ -235,13 +268,19 @@ class Executor:
         terminal = target in TERMINAL_STATES
         # One request id across the retries below: a retry of a change that was applied answers "ok".
         request_id = new_request_id()
+        # On a single Redis the run leaves the dispatch gate in the same script (one call less per job).
+        leave = self.admission.leaving(record, target.value, self.registry.get)
         outcome, _, at = through_outage(lambda: self.store.transition(
             record.id, target, token=token, change=change, unschedule=not terminal, sweep_in_ms=sweep_in_ms,
-            request_id=request_id), self.settings.lease_s * 10)
+            request_id=request_id, leave=leave), self.settings.lease_s * 10)
         if outcome is Moved.CANCELLED:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome is not Moved.OK:
             return outcome
+        if leave is not None and leave.taken:
+            with self._finished_lock:
+                self._left.add(record.id)
+            self.admission.publish(leave.released)
         self.stats.note_outcome(record, target, at)
         if terminal:
             with self._finished_lock:

@@ -1,9 +1,10 @@
 """Job metrics kept in Redis, so that any web process can report what every worker and sweeper did.
 
-Workers record each outcome (with the job's duration from submit) and each job they park on input; sweepers
-record their actions. The figures are counters in two Redis hashes, written by each worker once a second per
-distinct counter (duration bucket and sum per operation and outcome; the other figures are sums taken at
-read time), plus one sorted set of parked jobs, pruned when read so the "parked now" gauge heals itself.
+Workers record each outcome (with the job's duration from submit), each job they park on input, the jobs they
+run and their push deliveries; sweepers record their actions. The figures are counters in Redis hashes, written
+by each worker once a second per distinct counter (duration bucket and sum per operation and outcome; the other
+figures are sums taken at read time), plus sorted sets of parked and running jobs, checked against the jobs'
+states when read so those gauges heal themselves (a worker killed mid-job leaves an entry the read drops).
 Rule: every key has a TTL that the writers renew (the counter hashes at most once a minute per process), and
 metrics never fail a job: a write that cannot reach Redis is dropped.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +50,8 @@ class Snapshot:
     durations: dict[str, Histogram]
     sweeps: dict[str, float]
     parked: int
+    running: int
+    push: dict[str, float]
 
 
 def _bucket(seconds: float) -> str:
@@ -64,6 +69,8 @@ class JobStats:
         self._lock = threading.Lock()
         self._increments: dict[str, float] = {}
         self._parked: dict[str, int] = {}
+        #: The jobs this process last wrote as running (it writes only what changed).
+        self._running: set[str] = set()
 
     # -- writers (workers and sweepers) ----------------------------------------------
     def note_outcome(self, record: JobRecord, target: JobState, at_ms: int) -> None:
@@ -82,11 +89,22 @@ class JobStats:
             for field, amount in ((f"{prefix}le{_bucket(seconds)}", 1.0), (f"{prefix}sum", seconds)):
                 self._increments[field] = self._increments.get(field, 0.0) + amount
 
-    def flush_into(self, pipe: Any) -> None:
-        """Add what was noted since the last flush to `pipe`: one command per distinct counter."""
+    def flush_into(self, pipe: Any, running: Mapping[str, int] | None = None) -> None:
+        """Add what was noted since the last flush to `pipe`: one command per distinct counter. `running`: the
+        jobs this process runs now (id -> the job's expiry, Redis ms); a job shorter than a flush is never written."""
         with self._lock:
             increments, parked = self._increments, self._parked
             self._increments, self._parked = {}, {}
+            started, ended = {}, []
+            if running is not None:
+                started = {j: e for j, e in running.items() if j not in self._running}
+                ended = [j for j in self._running if j not in running]
+                self._running = set(running)
+        if started:
+            pipe.zadd(self.keys.stats("running"), started)
+            pipe.pexpire(self.keys.stats("running"), STATS_TTL_MS)
+        if ended:
+            pipe.zrem(self.keys.stats("running"), *ended)
         jobs = self.keys.stats("jobs")
         for field, amount in increments.items():
             if field.endswith(f"{_SEP}sum"):
@@ -99,39 +117,71 @@ class JobStats:
             pipe.zadd(self.keys.stats("parked"), parked)
             pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)  # emptied when read: renewed every time
 
+    def forget_running(self) -> None:
+        """A flush failed: the next one writes every running job again."""
+        with self._lock:
+            self._running = set()
+
     def sweeper_actions(self, counts: Mapping[str, int]) -> None:
         """Called by the sweeper with how many jobs it handled per action in one pass."""
+        self._add("sweeps", counts)
+
+    def add_counts(self, name: str, counts: Mapping[str, int]) -> None:
+        """Add to the counters of the `stats(name)` hash (push delivery's, through a `Tally`)."""
+        self._add(name, counts)
+
+    def _add(self, name: str, counts: Mapping[str, int]) -> None:
+        counts = {k: v for k, v in counts.items() if v}
         if not counts:
             return
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for action, count in counts.items():
-                pipe.hincrby(self.keys.stats("sweeps"), action, count)
-            self.store.keep_ttl(pipe, self.keys.stats("sweeps"), STATS_TTL_MS)
+            for field, count in counts.items():
+                pipe.hincrby(self.keys.stats(name), field, count)
+            self.store.keep_ttl(pipe, self.keys.stats(name), STATS_TTL_MS)
             pipe.execute()
         except redis.RedisError as exc:
-            log.debug("sweeper stats not recorded: %s", type(exc).__name__)
+            log.debug("%s stats not recorded: %s", name, type(exc).__name__)
 
     # -- reader (web processes, at scrape time) ----------------------------------------
-    def parked_now(self) -> int:
-        """Jobs waiting for input now; forgets jobs that expired or left `input_required`."""
-        key = self.keys.stats("parked")
+    def redis_now_ms(self) -> int:
         seconds, micros = self.redis.time()  # expiries are Redis's times, so is "now"
-        self.redis.zremrangebyscore(key, "-inf", int(seconds) * 1000 + int(micros) // 1000)
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def parked_now(self, now_ms: int | None = None) -> int:
+        """Jobs waiting for input now; forgets jobs that expired or left `input_required`."""
+        return self._in_state("parked", JobState.INPUT_REQUIRED, now_ms)
+
+    def running_now(self, now_ms: int | None = None) -> int:
+        """Jobs a worker runs now; forgets jobs that expired or are no longer `running` (a lost worker's)."""
+        return self._in_state("running", JobState.RUNNING, now_ms)
+
+    def _in_state(self, name: str, state: JobState, now_ms: int | None) -> int:
+        key = self.keys.stats(name)
+        self.redis.zremrangebyscore(key, "-inf", self.redis_now_ms() if now_ms is None else now_ms)
         members = [str(m) for m in self.redis.zrange(key, 0, -1)]
         if not members:
             return 0
         states = self.store.states_of(members)
-        gone = [j for j, s in zip(members, states, strict=True) if s is not JobState.INPUT_REQUIRED]
+        gone = [j for j, s in zip(members, states, strict=True) if s is not state]
         if gone:
             self.redis.zrem(key, *gone)
         return len(members) - len(gone)
 
+    def oldest_waiting_s(self, in_flight: list[tuple[str, int]], now_ms: int) -> float:
+        """Seconds since the longest-waiting of `in_flight` ((job id, when sent to the broker) pairs, oldest first)
+        that no worker has started was sent; 0 when every one of them runs."""
+        states = self.store.states_of([j for j, _ in in_flight])
+        for (_, sent), state in zip(in_flight, states, strict=True):
+            if state is JobState.QUEUED:
+                return max(0.0, (now_ms - sent) / 1000)
+        return 0.0
+
     def snapshot(self) -> Snapshot:
         pipe = self.redis.pipeline(transaction=False)
-        for name in ("jobs", "sweeps"):
+        for name in ("jobs", "sweeps", "push"):
             pipe.hgetall(self.keys.stats(name))
-        jobs_raw, sweeps_raw = pipe.execute()
+        jobs_raw, sweeps_raw, push_raw = pipe.execute()
         outcomes: dict[tuple[str, str], float] = {}
         per_op: dict[str, dict[str, float]] = {}
         for field, value in jobs_raw.items():
@@ -140,8 +190,10 @@ class JobStats:
             figures[name] = figures.get(name, 0.0) + float(value)
             if name != "sum":
                 outcomes[(operation, outcome)] = outcomes.get((operation, outcome), 0.0) + float(value)
+        now = self.redis_now_ms()
         return Snapshot(outcomes, {op: _histogram(v) for op, v in per_op.items()},
-                        {str(k): float(v) for k, v in sweeps_raw.items()}, self.parked_now())
+                        {str(k): float(v) for k, v in sweeps_raw.items()}, self.parked_now(now),
+                        self.running_now(now), {str(k): float(v) for k, v in push_raw.items()})
 
 
 def _split(field: str) -> tuple[str, str, str]:
@@ -158,3 +210,27 @@ def _histogram(values: Mapping[str, float]) -> Histogram:
         running += values.get(f"le{bound}", 0.0)
         buckets.append((bound, running))
     return Histogram(buckets, values.get("sum", 0.0))
+
+
+class Tally:
+    """Counts kept in memory by many threads and added to a stats hash now and then (push delivery's POSTs:
+    delivered, failed, and the events given up after the last attempt: `given_up`)."""
+
+    def __init__(self, stats: JobStats, name: str) -> None:
+        self.stats, self.name = stats, name
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._written_at = time.monotonic()
+
+    def add(self, field: str) -> None:
+        with self._lock:
+            self._counts[field] += 1
+
+    def write(self, every_s: float = 0.0) -> None:
+        """Write what was counted, at most every `every_s`; a write that fails drops it (a metric, not a record)."""
+        if time.monotonic() - self._written_at < every_s:
+            return
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+        self._written_at = time.monotonic()
+        self.stats.add_counts(self.name, counts)

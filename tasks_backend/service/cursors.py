@@ -1,8 +1,9 @@
 """Listing cursors: opaque base64url text that says where the next page of a caller's jobs starts.
 
-Two kinds: by creation (the owner index's score and the job id, for `JobService.list`) and by last change (for
-`JobService.list_recent`). Rule: a cursor is decoded only here, and anything that does not decode is a
-`BadRequest`, never a 500; a value that would reach Redis as a score (nan, inf) is refused as well.
+Three kinds: by creation (the owner index's score and the job id, for `JobService.list`), by last change (for
+`JobService.list_recent`), and a schedule's creation and name (for `ScheduleService.page`). Rule: a cursor is
+decoded only here, and anything that does not decode is a `BadRequest`, never a 500; a value that would reach
+Redis as a score (nan, inf) is refused as well.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..model.domain import JobRecord
+from ..model.schedules import NAME
 
 
 def valid_id(job_id: Any) -> bool:
@@ -39,6 +41,22 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         if not valid_id(job_id) or not math.isfinite(order):  # nan or inf would reach Redis as a score
             raise ValueError(job_id)
         return order, job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadRequest("The cursor is not valid.") from exc
+
+
+def encode_schedule_cursor(created: float, name: str) -> str:
+    return base64.urlsafe_b64encode(f"s:{created!r}:{name}".encode()).decode().rstrip("=")
+
+
+def decode_schedule_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        tag, created, name = raw.split(":", 2)
+        order = float(created)
+        if tag != "s" or not NAME.fullmatch(name) or not math.isfinite(order):
+            raise ValueError(name)
+        return order, name
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not valid.") from exc
 

@@ -26,23 +26,30 @@ from ..errors import (
     JobNotCancelable,
     JobNotFound,
     NotWaitingForInput,
+    UnknownOperation,
 )
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.timing import Timing
 from ..running.admission import DispatchGate
+from ..running.builtin import BUILTINS
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..running.waking import Waker
 from ..serving.drain import Drain, Interrupted
+from ..serving.tracing import JOB_ID, OPERATION, Tracing, job_attributes
 from ..store import fields as job_fields
 from ..store.admission import Released
 from ..store.feeds import Event
 from ..store.jobs import ListPush, RedisStore
 from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
+from .audit import Audit
+from .bulk import Bulk
 from .children import after_cancel
 from .cursors import valid_id
-from .reads import JobReads, as_principal
+from .filters_reads import FilteredReads
+from .reads import as_principal
+from .rerun import RerunOf, Reruns
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +60,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class JobService(JobReads):
+class JobService(FilteredReads, Reruns, Bulk):
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None, *, limits: Limits | None = None) -> None:
         self.store = store
@@ -67,6 +74,10 @@ class JobService(JobReads):
         self.limits: Limits = limits if limits is not None else NoLimits()
         #: The dispatch gate every submit and resumption goes through.
         self.admission = DispatchGate(store, dispatcher, settings)
+        #: Where cancels, answers and the other actions of callers are recorded (see `service.audit`).
+        self.audit = Audit(store, settings)
+        #: Spans of submits and answers (set by `runtime.build_runtime`).
+        self.tracing = Tracing.off()
 
     # -- submit ----------------------------------------------------------------
     def submit(self, principal: Principal | str, operation: str, params: Any = None, *,
@@ -79,23 +90,30 @@ class JobService(JobReads):
         5): among the owner's queued jobs, higher runs first. Bad values raise `InvalidParams` naming the field.
         `parent_id`: the job whose `ctx.spawn` makes this one; the child is added to the parent's index.
         """
-        record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s,
-                                       Timing(run_at_ms, delay_ms, priority), parent_id)
+        if operation in BUILTINS:  # started by the service only (`POST /v1/jobs/bulk`), never by name
+            raise UnknownOperation()
+        attributes = job_attributes(None, operation, as_principal(principal).name) if self.tracing.enabled else None
+        with self.tracing.span("submit", attributes=attributes):
+            record, outcome = self._submit(principal, operation, params, idempotency_key, ttl_s,
+                                           Timing(run_at_ms, delay_ms, priority), parent_id)
+            self.tracing.annotate({JOB_ID: record.id, "tasks_backend.submit.outcome": outcome.value})
         if parent_id is not None:
             self.store.index_child(parent_id, record.id)
         return record, outcome
 
     def _submit(self, principal: Principal | str, operation: str, params: Any, idempotency_key: str | None,
-                ttl_s: float | None, timing: Timing, parent_id: str | None) -> tuple[JobRecord, SubmitOutcome]:
+                ttl_s: float | None, timing: Timing, parent_id: str | None,
+                rerun: RerunOf | None = None) -> tuple[JobRecord, SubmitOutcome]:
+        """A submit; `rerun`: the job is a rerun of another (see `service.rerun`), built-in operations allowed."""
         owner = as_principal(principal).name
         ttl_s = self.limits.check_submit(owner, params, ttl_s)
-        spec = self.registry.get(operation)
+        spec = BUILTINS.get(operation) or self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
             raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")
         # What a replay must repeat to get the same handle; only a submit with a key needs it.
-        request_hash = "" if idempotency_key is None else hashlib.sha256(
-            canonical_json([operation, stored_params]).encode()).hexdigest()[:32]
+        request_hash = "" if idempotency_key is None else hashlib.sha256(canonical_json(
+            [operation, stored_params, *([rerun.of, rerun.keep_steps] if rerun else [])]).encode()).hexdigest()[:32]
         ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
         # A start time is measured against Redis's clock, the one the gate starts the job by; only a submit that
         # names a time pays the round trip.
@@ -109,7 +127,11 @@ class JobService(JobReads):
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
                                      params_json=params_json, idempotency_key=idempotency_key,
                                      parent_id=parent_id, run_at_ms=timing.run_at_ms,
-                                     delay_ms=timing.delay_ms, priority=timing.priority)
+                                     delay_ms=timing.delay_ms, priority=timing.priority,
+                                     rerun_of=rerun.of if rerun else None, checkpointed=bool(rerun and rerun.steps),
+                                     trace=self.tracing.traceparent())
+            if rerun is not None:  # before the job exists: no run of it can start without them
+                self.store.copy_steps(job_id, rerun.steps, ttl_ms)
             # Through the dispatch gate (fair shares, delays, concurrency; `running.admission`), in the same round
             # trip on a single Redis. When the broker is the store's Redis the enqueue rides in it too (with a
             # key, only if the key turns out ours: see `RedisStore.create`).
@@ -177,18 +199,28 @@ class JobService(JobReads):
         principal = as_principal(who)
         if not valid_id(job_id):
             raise JobNotFound()
-        outcome = self.store.request_cancel(job_id, principal.name)
+        outcome = self.store.request_cancel(job_id, self.acting_owner(principal, job_id))
         if outcome is Cancelled.MISSING:
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
         self.admission.leave([job_id], final=True)  # a held or delayed job waits for nothing now
         record = self.get(principal, job_id)
+        self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
         after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
         return record
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         """Record answers to open input requests; once all are answered the job resumes."""
+        if not self.tracing.enabled:
+            return self._provide_input(who, job_id, responses)
+        with self.tracing.span("answer", attributes=job_attributes(job_id, None, as_principal(who).name)):
+            record = self._provide_input(who, job_id, responses)
+            self.tracing.annotate({OPERATION: record.operation, "tasks_backend.job.state": record.state.value})
+            self.tracing.link(record.trace)  # the job's own trace, which the caller's need not be
+            return record
+
+    def _provide_input(self, who: Principal | str, job_id: str, responses: Any) -> JobRecord:
         principal = as_principal(who)
         if not isinstance(responses, dict) or not responses:
             raise InvalidParams("`inputResponses` must be a non-empty JSON object.")
@@ -220,6 +252,9 @@ class JobService(JobReads):
                 raise JobNotFound()
             if outcome is Answered.CONFLICT:
                 raise NotWaitingForInput()
+            # The keys and how each was answered (accept, decline, cancel), never the content.
+            self.audit.record(principal, "job.answer", job_id=job_id, owner=record.owner, detail=",".join(
+                f"{key}:{json.loads(value)['action']}" for key, value in sorted(answers.items())))
             if outcome is Answered.QUEUED:
                 resumed = self.store.get(job_id)
                 if resumed is not None:

@@ -149,6 +149,6 @@ class JobReads:
 
 def _visible(principal: Principal, record: JobRecord | None) -> JobRecord:
     """The record if the principal may see it; anything else reads as missing."""
-    if record is None or (record.owner != principal.name and not principal.admin):
+    if record is None or (record.owner != principal.name and not (principal.admin or principal.operator)):
         raise JobNotFound()
     return record

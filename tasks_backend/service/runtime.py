@@ -25,6 +25,7 @@ from ..running.registry import JobModuleNotFound, Registry
 from ..running.sweeper import Sweeper
 from ..running.waking import Waker
 from ..serving.drain import Drain
+from ..serving.tracing import Tracing
 from ..store.cluster import ScriptingCluster
 from ..store.connect import connect
 from ..store.jobs import RedisStore
@@ -49,12 +50,15 @@ class Runtime:
     _executor: Executor | None = field(default=None, repr=False)
     _push: PushStore | None = field(default=None, repr=False)
     _schedules: ScheduleService | None = field(default=None, repr=False)
+    #: This process's spans (off unless `OTEL_EXPORTER_OTLP_ENDPOINT` was set when the runtime was built).
+    tracing: Tracing = field(default_factory=Tracing.off)
 
     def executor(self) -> Executor:
         """This process's executor (one per process, so one lease keeper thread per process)."""
         if self._executor is None:
             self._executor = Executor(self.store, self.registry, self.dispatcher, self.settings,
-                                      spawner=self.spawn)
+                                      spawner=self.spawn, tracing=self.tracing,
+                                      actor=self.service)
         return self._executor
 
     def spawn(self, owner: str, operation: str, params: Any, key: str, parent_id: str) -> str:
@@ -69,7 +73,7 @@ class Runtime:
         """The push subscriptions beside the jobs: one per process, as making one registers
         its scripts (a SHA1 of each), which is not a per-request cost."""
         if self._push is None:
-            self._push = PushStore(self.store)
+            self._push = PushStore(self.store, audit=self.service.audit.record)
         return self._push
 
     def sweeper(self) -> Sweeper:
@@ -127,8 +131,11 @@ def make_dispatcher(settings: Settings, store_client: redis.Redis, app: Celery |
 
 
 def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | None = None,
-                  registry: Registry | None = None, celery_app: Celery | None = None) -> Runtime:
+                  registry: Registry | None = None, celery_app: Celery | None = None,
+                  tracing: Tracing | None = None) -> Runtime:
+    """`tracing`: by default as the `OTEL_*` variables say now (the one place they are read)."""
     settings = settings or Settings.from_env()
+    tracing = tracing if tracing is not None else Tracing.from_env()
     client = connect(settings.redis_url, settings.redis_socket_timeout_s, service=settings.redis_service)
     limit_connections(client, settings.redis_max_connections)
     store = RedisStore(client, Keys(settings.key_prefix), max_ttl_ms=int(settings.max_ttl_s * 1000),
@@ -137,8 +144,9 @@ def build_runtime(settings: Settings | None = None, *, dispatcher: Dispatcher | 
     dispatcher = dispatcher or make_dispatcher(settings, client, celery_app)
     limiter = Limiter(client, store.keys, settings)
     service = JobService(store, registry, dispatcher, settings, limits=limiter)
+    service.tracing = tracing
     return Runtime(settings, store, registry, dispatcher, service, limiter,
-                   _stream_service(settings, store, registry, dispatcher, service.drain))
+                   _stream_service(settings, store, registry, dispatcher, service.drain), tracing=tracing)
 
 
 def limit_connections(client: redis.Redis | ScriptingCluster, limit: int) -> None:

@@ -15,13 +15,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..access.auth import Principal
-from ..errors import BadRequest, InvalidParams, ScheduleConflict, ScheduleNotFound, UnknownOperation
+from ..errors import (
+    BadRequest,
+    InvalidParams,
+    ScheduleConflict,
+    ScheduleLimitReached,
+    ScheduleNotFound,
+    UnknownOperation,
+)
 from ..model.domain import JobRecord
 from ..model.schedules import Schedule, ScheduleSpec, check_spec
 from ..running.declared import DeclaredSchedule
 from ..running.ticker import Ticker
 from ..store.schedules import ScheduleStore
-from .cursors import decode_cursor, encode_cursor
+from .cursors import decode_cursor, decode_schedule_cursor, encode_cursor, encode_schedule_cursor
 from .jobs import JobService
 from .reads import MAX_PAGE, as_principal
 
@@ -47,16 +54,24 @@ class ScheduleService:
 
         return check_spec(body, load_params)
 
-    def define(self, who: Principal | str, body: Any, *, replace: bool = False) -> tuple[Schedule, bool]:
+    def define(self, who: Principal | str, body: Any, *, replace: bool = False,
+               capped: bool = True) -> tuple[Schedule, bool]:
         """(the schedule, True if made now). The same definition again is the schedule as it stands;
-        another raises `ScheduleConflict` (or, with `replace`, takes its place)."""
+        another raises `ScheduleConflict` (or, with `replace`, takes its place). A new name while the owner has
+        `max_schedules` raises `ScheduleLimitReached` (`capped`; declared schedules are not)."""
         owner = as_principal(who).name
         spec = self.check(body)
         now = self.store.now_ms()
+        most = self.jobs.settings.max_schedules if capped else 0
         outcome, _ = self.store.put(owner, spec, generation=secrets.token_hex(8), anchor_ms=now,
-                                    next_ms=spec.next_after(now, now), replace=replace)
+                                    next_ms=spec.next_after(now, now), replace=replace, most=max(0, most))
         if outcome == "conflict":
             raise ScheduleConflict()
+        if outcome == "limit":
+            raise ScheduleLimitReached(f"This principal has {most} schedules, as many as it may define; "
+                                       "delete one first.", extra={"limit": most})
+        if outcome in ("created", "replaced"):
+            self._audit(owner, "schedule.create" if outcome == "created" else "schedule.replace", spec.name)
         return self.get(owner, spec.name), outcome in ("created", "replaced")
 
     def get(self, who: Principal | str, name: str) -> Schedule:
@@ -70,15 +85,37 @@ class ScheduleService:
         names = self.store.names(owner)
         return [s for s in self.store.get_many([(owner, n) for n in names]) if s is not None]
 
+    def page(self, who: Principal | str, *, limit: int = 50,
+             cursor: str | None = None) -> tuple[builtins.list[Schedule], str | None]:
+        """The caller's schedules, oldest first, `limit` at a time: (a page, the cursor of the next or None)."""
+        owner = as_principal(who).name
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
+        position = decode_schedule_cursor(cursor) if cursor else None
+        out: builtins.list[tuple[tuple[float, str], Schedule]] = []
+        while rows := self.store.names_page(owner, position, limit + 1):
+            for (name, created), schedule in zip(rows, self.store.get_many([(owner, n) for n, _ in rows]),
+                                                 strict=True):
+                position = (created, name)
+                if schedule is None:  # expired: its name stays until a limit's prune drops it
+                    continue
+                if len(out) == limit:
+                    return [s for _, s in out], encode_schedule_cursor(*out[-1][0])
+                out.append((position, schedule))
+        return [s for _, s in out], None
+
     def delete(self, who: Principal | str, name: str) -> None:
         """Stops its future ticks; the jobs it made stay."""
-        if not self.store.delete(as_principal(who).name, name):
+        owner = as_principal(who).name
+        if not self.store.delete(owner, name):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.delete", name)
 
     def pause(self, who: Principal | str, name: str) -> Schedule:
         owner = as_principal(who).name
         if not self.store.set_paused(owner, name, True):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.pause", name)
         return self.get(owner, name)
 
     def resume(self, who: Principal | str, name: str) -> Schedule:
@@ -89,7 +126,12 @@ class ScheduleService:
         following = schedule.spec.next_after(now, schedule.anchor_ms)
         if not self.store.set_paused(owner, name, False, following if schedule.paused else None):
             raise ScheduleNotFound()
+        self._audit(owner, "schedule.resume", name)
         return self.get(owner, name)
+
+    def _audit(self, owner: str, action: str, name: str) -> None:
+        # A schedule is changed only by its owner: the owner is who acted.
+        self.jobs.audit.record(owner, action, target=name, owner=owner)
 
     def jobs_of(self, who: Principal | str, name: str, *, limit: int = 50,
                 cursor: str | None = None) -> tuple[builtins.list[JobRecord], str | None]:
@@ -134,5 +176,5 @@ class ScheduleService:
         out = []
         for item in declared:
             with contextlib.suppress(ScheduleConflict):
-                out.append(self.define(item.owner, item.body(), replace=True)[0])
+                out.append(self.define(item.owner, item.body(), replace=True, capped=False)[0])
         return out

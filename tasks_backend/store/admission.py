@@ -6,13 +6,13 @@ one hash tag per broker queue (`{gate:<queue>}`), so each script runs in one Red
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .connect import redis_errors
 from .keys import GATE_PARTS, Keys
+from .outcomes import Moved
 from .runner import ScriptRunner
 
 #: (released job id, its message or operation) pairs, for the caller to publish.
@@ -45,12 +45,30 @@ class GateCall:
 
 @dataclass(frozen=True)
 class GateEntry:
-    """A new job for the gate, in its submit's round trip: what the gate keeps of it (JSON), and its delay (ms from
-    now, or '@' and an absolute Redis time)."""
+    """A new job for the gate, in its submit's round trip: what the gate keeps of it (`entry`), and its delay (ms
+    from now, or '@' and an absolute Redis time)."""
 
     call: GateCall
     info: str
     delay: str
+
+
+@dataclass
+class GateLeave:
+    """A run's end, leaving the gate in its last transition (`RedisStore.transition`): whether the gate forgets the
+    job (finished) or keeps what it knew (parked); `taken` says the transition carried it (else the caller leaves
+    apart), and `released` is filled with what the leave let in."""
+
+    call: GateCall
+    final: bool
+    taken: bool = False
+    released: Released = field(default_factory=list)
+
+
+def entry(owner: str, priority: int, message: str, concurrency: str = "", max_: int = 0) -> str:
+    """A new job's entry in the gate (`scripts/lib/gate.lua`): its owner and concurrency value as the gate names them
+    (`Keys.gate_owner`, `Keys.gate_concurrency`), its priority, and its message or operation."""
+    return f"h|{priority}|{max_}||{owner}|{concurrency}|{message}"
 
 
 def pairs(flat: Sequence[Any]) -> Released:
@@ -64,11 +82,12 @@ class AdmissionStore:
     keys: Keys
     scripts: ScriptRunner
 
-    def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *,
-                   leave_first: bool = False) -> tuple[bool, Released]:
-        """Make a job runnable (info '': what the gate kept of it): (whether the gate knew the job, released)."""
+    def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *, leave_first: bool = False,
+                   message: str = "") -> tuple[bool, Released]:
+        """Make a job runnable (info '': what the gate kept of it, and `message` its message or operation, which
+        the gate keeps only while a job waits): (whether the gate knew the job, released)."""
         reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay,
-                                  "1" if leave_first else "0")
+                                  "1" if leave_first else "0", message)
         return bool(int(reply[0])), pairs(reply[1:])
 
     def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool) -> Released:
@@ -77,6 +96,14 @@ class AdmissionStore:
             return []
         return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), "1" if final else "0",
                                        *job_ids))
+
+    def gate_finish(self, call: GateCall, job_id: str, args: Sequence[Any], *,
+                    final: bool) -> tuple[Moved, str, int, Released]:
+        """A run's last transition (`args`: transition.lua's ARGV) and the job's leave from flight in one script, on
+        a single Redis: (outcome, state before, Redis time of the change or 0, released)."""
+        reply = self.scripts.call("gate.finish", [*self.keys.job_keys(job_id), *call.all_keys()], *call.head(),
+                                  "1" if final else "0", job_id, *args)
+        return Moved(reply[0]), str(reply[1]), int(reply[2]), pairs(reply[3:])
 
     def gate_tick(self, call: GateCall, worker: str = "", slots: int = 0,
                   slots_ttl_ms: int = 0) -> tuple[int, int | None, Released]:
@@ -95,17 +122,46 @@ class AdmissionStore:
             for job_id in job_ids:
                 pipe.zscore(call.key("flight"), job_id)
             infos, *scores = pipe.execute()
-        return [(json.loads(i)["t"] if i else None, None if s is None else float(s)) for i, s in zip(infos, scores,
+        return [(i[0] if i else None, None if s is None else float(s)) for i, s in zip(infos, scores,
                                                                                                      strict=True)]
 
     def gate_scan(self, call: GateCall, cursor: int, count: int = 200) -> tuple[int, list[tuple[str, str]]]:
         """A step through every job the gate knows: (next cursor, 0 when done; (job id, where) pairs)."""
         with redis_errors():
             cursor, found = self.redis.hscan(call.key("jobs"), cursor, count=count)
-        return int(cursor), [(str(k), str(json.loads(v).get("t"))) for k, v in found.items()]
+        return int(cursor), [(str(k), str(v)[0]) for k, v in found.items()]
 
     def gate_in_flight(self, call: GateCall, before_ms: int, limit: int = 1000) -> list[str]:
         """Jobs in flight since before `before_ms` (Redis ms)."""
         with redis_errors():
             return [str(x) for x in self.redis.zrangebyscore(call.key("flight"), "-inf", before_ms,
                                                              start=0, num=limit)]
+
+    def gate_figures(self, call: GateCall, now_ms: int, oldest: int = 100) -> GateFigures:
+        """What `/metrics` reports of the gate, in one round trip: every figure a count kept by the gate's own
+        sorted sets, plus the `oldest` longest in flight (the caller tells a waiting one from a running one)."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for part in ("ready", "delayed", "flight"):
+                pipe.zcard(call.key(part))
+            pipe.zrangebyscore(call.key("workers"), now_ms, "+inf")
+            pipe.hgetall(call.key("slots"))
+            pipe.zrange(call.key("flight"), 0, oldest - 1, withscores=True)
+            held, delayed, flight, workers, slots, first = pipe.execute()
+        live = [str(w) for w in workers]
+        return GateFigures(int(held), int(delayed), int(flight), len(live),
+                           sum(int(slots.get(w) or 0) for w in live), [(str(j), int(s)) for j, s in first])
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """Jobs held (waiting for room: a worker slot or their concurrency value), delayed (waiting for their time)
+    and in flight (sent to the broker, not finished); workers whose published slots still count, and their slots;
+    the longest in flight, oldest first, with when each was sent (Redis ms)."""
+
+    held: int
+    delayed: int
+    in_flight: int
+    workers: int
+    slots: int
+    oldest_in_flight: list[tuple[str, int]]

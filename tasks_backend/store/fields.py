@@ -58,8 +58,10 @@ FIELDS: tuple[Field, ...] = (
     Field("repub", "republishes so far, for the backoff of brokers that give no counts", "sweep_one"),
     Field("sched", "the name of the schedule whose tick made the job", "schedules.mark_job"),
     Field("parent", "the job whose `ctx.spawn` made this one", "submit, create"),
+    Field("rerun", "the failed or cancelled job this one reruns", "submit, create"),
     Field("wake", "until when a sleeping job waits (Redis ms)", "transition (suspended); wake drops it"),
     Field("kids", "the child jobs a waiting job waits for, JSON ids", "transition (suspended); wake drops it"),
+    Field("trace", "the submit's trace context, a W3C traceparent (absent: not traced)", "submit, create"),
 )
 
 #: Field names by name, to look one up.
@@ -77,7 +79,8 @@ def created_record(job_id: str, new: Mapping[str, str], created_ms: int) -> JobR
 
 def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_json: str,
             idempotency_key: str | None, parent_id: str | None = None, run_at_ms: int | None = None,
-            delay_ms: int | None = None, priority: int | None = None) -> dict[str, str]:
+            delay_ms: int | None = None, priority: int | None = None, trace: str | None = None,
+            rerun_of: str | None = None, checkpointed: bool = False) -> dict[str, str]:
     """The fields a submit writes (state first: the scripts read it from the first pair). `created` and
     `updated` are Redis's time, set by the script."""
     fields = {STATE: JobState.QUEUED.value, OWNER: owner, "op": operation, "ttl": str(ttl_ms),
@@ -86,17 +89,23 @@ def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_jso
         fields["idem"] = idempotency_key
     if parent_id is not None:
         fields["parent"] = parent_id
+    if rerun_of is not None:
+        fields["rerun"] = rerun_of
+    if checkpointed:  # steps copied from the job it reruns: deleted with the job's other checkpoints at its end
+        fields["ckpt"] = "1"
     if run_at_ms is not None:
         fields["runat"] = str(run_at_ms)
     if delay_ms:
         fields["delay"] = str(delay_ms)
     if priority is not None and priority != DEFAULT_PRIORITY:
         fields["prio"] = str(priority)
+    if trace:
+        fields["trace"] = trace
     return fields
 
 
-def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
-    """The record a job hash holds."""
+def record(job_id: str, raw: Mapping[str, str], queued_ms: int = 0) -> JobRecord:
+    """The record a job hash holds (`queued_ms`: a claim's, see `JobRecord.queued_ms`)."""
 
     def num(name: str) -> float | None:
         value = raw.get(name)
@@ -131,8 +140,11 @@ def record(job_id: str, raw: Mapping[str, str]) -> JobRecord:
         idempotency_key=raw.get("idem") or None,
         schedule=raw.get("sched") or None,
         parent_id=raw.get("parent") or None,
+        rerun_of=raw.get("rerun") or None,
         run_at_ms=int(run_at) if run_at else (int(raw["created"]) + int(delay) if delay else None),
         priority=int(raw.get("prio") or DEFAULT_PRIORITY),
+        trace=raw.get("trace") or None,
+        queued_ms=queued_ms,
     )
 
 

@@ -16,12 +16,13 @@ import redis
 
 from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
-from .admission import AdmissionStore, GateEntry, Released
+from .admission import AdmissionStore, GateEntry, GateLeave, Released
 from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
 from .keys import Keys
+from .operate import OperateStore
 from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
 from .remotes import RemoteWatch
 from .runner import ScriptRunner, new_request_id
@@ -41,7 +42,7 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, RemoteWatch):
+class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, OperateStore, RemoteWatch):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -242,19 +243,24 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, RemoteWatch):
     # first run did. Times are Redis's own (see `scripts`).
     def transition(self, job_id: str, target: JobState, *, token: int | None = None, owner: str = "",
                    change: Change | None = None, unschedule: bool = True, sweep_in_ms: int | None = None,
-                   request_id: str | None = None) -> tuple[Moved, str, int]:
+                   request_id: str | None = None, leave: GateLeave | None = None) -> tuple[Moved, str, int]:
         """Move a job to `target` if the state table allows it (and the token still fences it), writing `change`.
 
         Returns (outcome, state before, Redis time of the change or 0): ok | missing | fenced | cancelled
         (the owner cancelled this token's run) | illegal. A job that leaves the queue for good (finished)
         is taken off the sweep schedule in the same round trip; `unschedule=False` leaves that to the
         caller (workers batch it, see `unschedule_finished`). A move into `queued` must pass
-        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script."""
+        `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script. `leave` (a single
+        Redis, a run's end): the job leaves the dispatch gate in the same script (`AdmissionStore.gate_finish`)."""
         args = [request_id or new_request_id(), "" if token is None else token, target.value,
                 ",".join(sources_of(target)), owner, *(change.pairs() if change else ())]
         if target is JobState.QUEUED and sweep_in_ms is None:
             raise ValueError("a move into queued needs its sweep entry")
         drop = unschedule and target in TERMINAL_STATES
+        if leave is not None and not drop and sweep_in_ms is None:
+            outcome, before, at, leave.released = self.gate_finish(leave.call, job_id, args, final=leave.final)
+            leave.taken = True
+            return outcome, before, at
         if not drop and sweep_in_ms is None:
             outcome, before, at = self._job("transition", job_id, *args)
             return Moved(outcome), str(before), int(at)
@@ -294,11 +300,12 @@ class RedisStore(FeedReads, SweepSchedule, Waits, AdmissionStore, RemoteWatch):
             return outcome, None
         read, wrote = reply[2], reply[3]
         raw = dict(zip(read[::2], read[1::2], strict=True))
+        queued = raw["updated"]  # the last move before this run: when its wait in the queue began
         if wrote:  # a replay answers with the hash as the claim left it
             for name in CLAIM_DROPS:
                 raw.pop(name, None)
             raw.update(zip(wrote[::2], wrote[1::2], strict=True))
-        return outcome, record(job_id, raw)
+        return outcome, record(job_id, raw, queued_ms=int(queued))
 
     def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[Standing]:
         """Renew several leases in one round trip: each worker's standing on its job."""

@@ -71,6 +71,8 @@ class Keys:
     children = _JobKey("kids")
     #: the remote tasks the job created and has not seen end (hash: step name -> reference JSON; `store.remotes`)
     remote_tasks = _JobKey("remote")
+    #: the audit entries about the job (stream; `store.audit`): kept for the audit retention after the last
+    audit_job = _JobKey("audit")
 
     def job_keys(self, job_id: str) -> list[str]:
         """All keys of one job, in the order the Lua scripts expect them."""
@@ -81,6 +83,10 @@ class Keys:
         return f"{self.prefix}:{{o:{_digest(owner, 12)}}}"
 
     owner_index = _OwnerKey("jobs")  #: the owner's jobs (sorted set: job id -> creation, ms)
+
+    def owner_index_pattern(self) -> str:
+        """A SCAN pattern matching every owner's index (operators' listings across owners)."""
+        return f"{self.prefix}:{{o:*}}:jobs"
     rate = _OwnerKey("rate")  #: request-rate state (hash: theoretical arrival time, last request's answer)
     active_jobs = _OwnerKey("active")  #: jobs that were unfinished at the last prune of the active count (set)
     #: the owner-index score up to which the last prune read (jobs indexed after it count as unfinished)
@@ -91,6 +97,8 @@ class Keys:
     #: the owner's webhook signing secret (hash: `current`, and `previous` with `previousUntil` during a
     #: rotation's grace period; `push.secrets`); renewed at least a TTL ceiling ahead by each submit that uses it
     webhook_secret = _OwnerKey("whsec")
+    #: the audit entries about the owner's jobs and schedules (stream; `store.audit`), kept as `audit_job`
+    audit_owner = _OwnerKey("audit")
 
     def schedule(self, owner: str, name: str) -> str:
         """One schedule (hash; its fields: `store.schedules`), under its owner's tag; expires a TTL ceiling
@@ -129,6 +137,9 @@ class Keys:
     #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")
+    #: every audit entry (stream; `store.audit`): trimmed to the audit retention and a length cap at each write,
+    #: and expiring the retention after the last
+    audit = _SystemKey("audit")
 
     # -- the dispatch gate, one per broker queue (one hash tag: one Redis Cluster slot; `store.admission`) ---
     def gate(self, queue: str, part: str) -> str:

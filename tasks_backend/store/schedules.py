@@ -81,16 +81,34 @@ class ScheduleStore:
 
     # -- define, read, change ------------------------------------------------------------------------
     def put(self, owner: str, spec: ScheduleSpec, *, generation: str, anchor_ms: int, next_ms: int,
-            replace: bool = False) -> tuple[str, int]:
-        """Define a schedule: (created | replaced | same | conflict, its next run); then its due entry."""
+            replace: bool = False, most: int = 0) -> tuple[str, int | None]:
+        """Define a schedule: (created | replaced | same | conflict | limit, its next run); then its due entry.
+        `most`: a new name is refused ('limit') while the owner has that many schedules (0: no limit)."""
         pairs = ["owner", owner, "gen", generation, "anchor", anchor_ms, "next", next_ms, "paused", "0",
                  "pending", ""]
-        outcome, at = self.scripts.call("schedules.put", [self.keys.schedule(owner, spec.name),
-                                                           self.keys.schedules(owner)],
-                                        spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, *pairs)
-        if outcome != "conflict":
-            self._due(owner, spec.name, int(at), only_new=outcome == "same")
-        return str(outcome), int(at)
+
+        def call() -> tuple[str, Any]:
+            reply = self.scripts.call("schedules.put", [self.keys.schedule(owner, spec.name),
+                                                        self.keys.schedules(owner)],
+                                      spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, most, *pairs)
+            return str(reply[0]), reply[1]
+
+        outcome, at = call()
+        if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
+            outcome, at = call()
+        if outcome in ("conflict", "limit"):
+            return outcome, None if outcome == "limit" else int(at)
+        self._due(owner, spec.name, int(at), only_new=outcome == "same")
+        return outcome, int(at)
+
+    def prune(self, owner: str) -> int:
+        """Drop from the owner's list the names whose schedule is gone (expired); how many were dropped."""
+        names = self.names(owner)
+        gone = [n for n, s in zip(names, self.get_many([(owner, n) for n in names]), strict=True) if s is None]
+        if gone:
+            with redis_errors():
+                self.redis.zrem(self.keys.schedules(owner), *gone)
+        return len(gone)
 
     def _due(self, owner: str, name: str, at_ms: int, *, only_new: bool = False) -> None:
         with redis_errors():
@@ -123,6 +141,15 @@ class ScheduleStore:
     def names(self, owner: str) -> list[str]:
         with redis_errors():
             return [str(n) for n in self.redis.zrange(self.keys.schedules(owner), 0, -1)]
+
+    def names_page(self, owner: str, after: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
+        """Up to `count` (name, creation ms) of the owner's schedules, oldest first, strictly after `after`."""
+        low = "-inf" if after is None else repr(after[0])
+        with redis_errors():
+            rows = self.redis.zrangebyscore(self.keys.schedules(owner), low, "+inf", start=0, num=count + 64,
+                                            withscores=True)
+        out = [(str(m), float(s)) for m, s in rows if after is None or (float(s), str(m)) > after]
+        return out[:count]
 
     def set_paused(self, owner: str, name: str, paused: bool, next_ms: int | None = None) -> bool:
         """Pause or resume (resuming moves the next run to `next_ms`); False if there is no such schedule."""

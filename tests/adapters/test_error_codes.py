@@ -37,7 +37,8 @@ def test_the_codes_each_protocol_answers_with() -> None:
 
 def test_the_app_serves_every_adapter_module() -> None:
     names = {a.name for a in protocol.registered()}
-    assert names == {"http", "mcp", "a2a", "observability", "openapi", "schedules", "ui", "webhook", "remote_push"}
+    assert names == {"http", "mcp", "a2a", "observability", "openapi", "operate", "schedules", "ui", "audit",
+                     "webhook", "remote_push"}
     assert protocol.rpc_codes() == {"/mcp": mcp_shared.CODES, "/a2a": a2a.CODES}
     # `/v1/remote-push` is known by the token a job gave the remote agent, not by a bearer token.
     assert protocol.public_paths() == {"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json",

@@ -12,7 +12,7 @@ from typing import Any
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
-from tasks_backend.running.stats import JobStats
+from tasks_backend.running.stats import JobStats, Tally
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.serving.logs import JsonFormatter, configure_logging, job_context, mask_secrets
 from tests.conftest import ALICE, make_settings, wait_until
@@ -116,3 +116,65 @@ def test_a_worker_logs_with_task_id(worker: Any, runtime: Runtime, caplog: Any) 
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     mine = [line for line in lines if record.id in line["message"]]
     assert mine[0]["taskId"] == record.id and mine[0]["operation"] == "demo.fail"
+
+
+def test_running_jobs_and_live_workers_are_reported(worker: Any, runtime: Runtime, client: Any,
+                                                    tmp_path: Any) -> None:
+    """A job a worker runs is counted while it runs and not after; the worker's published slots count it alive."""
+    alice = Principal("alice")
+    gate = tmp_path / "go"
+    record, _ = runtime.service.submit(alice, "test.wait_then", {"ledger": str(tmp_path / "ledger"),
+                                                                 "gate": str(gate), "then": "return"})
+
+    def scrape() -> str:
+        return str(client.get("/metrics", headers=ALICE).text)
+
+    def running() -> str | None:
+        text = scrape()
+        return text if _metric(text, "tasks_backend_jobs_running ") >= 1 else None
+
+    text = wait_until(running, 10, message="the running job in the metrics")
+    assert _metric(text, "tasks_backend_workers_alive ") >= 1
+    assert _metric(text, "tasks_backend_worker_slots ") >= 4  # the in-process worker's four threads
+    gate.touch()
+    runtime.service.wait(alice, record.id, 30)
+    wait_until(lambda: _metric(scrape(), "tasks_backend_jobs_running ") == 0, 10, message="the job to leave the gauge")
+
+
+def test_backlog_held_delayed_and_its_age(redis_base: str) -> None:
+    """With no worker and room for one job in flight: one job goes to the broker and waits there (its age grows),
+    two are held by the gate, one is delayed."""
+    runtime = build_runtime(make_settings(redis_base, dispatch_slots=1))
+    client = create_app(runtime=runtime).test_client()
+    alice = Principal("alice")
+    for _ in range(3):
+        runtime.service.submit(alice, "test.counted", {})
+    runtime.service.submit(alice, "test.counted", {}, delay_ms=60_000)
+
+    def aged() -> str | None:
+        text: str = client.get("/metrics", headers=ALICE).text
+        return text if _metric(text, "tasks_backend_backlog_oldest_seconds ") >= 1 else None
+
+    text = wait_until(aged, 10, interval=0.2, message="the waiting job's age to reach a second")
+    assert _metric(text, "tasks_backend_jobs_in_flight ") == 1
+    assert _metric(text, "tasks_backend_jobs_held ") == 2
+    assert _metric(text, "tasks_backend_jobs_delayed ") == 1
+    assert _metric(text, "tasks_backend_workers_alive ") == 0
+    assert _metric(text, "tasks_backend_jobs_running ") == 0
+
+
+def test_push_outcomes_are_counted(runtime: Runtime, client: Any) -> None:
+    """Push delivery's tally (many threads, one write a second) adds to the shared counters, which expire."""
+    failed = 'tasks_backend_push_deliveries_total{outcome="failed"}'
+    delivered = 'tasks_backend_push_deliveries_total{outcome="delivered"}'
+    before = client.get("/metrics", headers=ALICE).text
+    tally = Tally(JobStats(runtime.store), "push")
+    for outcome in ("failed", "failed", "delivered"):
+        tally.add(outcome)
+    tally.write(every_s=3600)  # not yet: written at most that often
+    assert _metric(client.get("/metrics", headers=ALICE).text, failed) == _metric(before, failed)
+    tally.write()
+    after = client.get("/metrics", headers=ALICE).text
+    assert _metric(after, failed) == _metric(before, failed) + 2
+    assert _metric(after, delivered) == _metric(before, delivered) + 1
+    assert runtime.store.redis.pttl(runtime.store.keys.stats("push")) > 0

@@ -52,6 +52,23 @@ class NoParams(Schema):
     pass
 
 
+class FailsUntilParams(Schema):
+    ledger = fields.String(required=True)
+    switch = fields.String(required=True)
+    key = fields.Integer(load_default=0)
+
+
+@job("test.fails_until", params=FailsUntilParams, ttl=600, poll_interval=0.1)
+def fails_until(ctx: JobContext, ledger: str, switch: str, key: int) -> dict[str, Any]:
+    """Records two effects as steps, then fails unless the file `switch` exists (what reruns are tried on)."""
+    for i in range(2):
+        ctx.step(f"s{i}", lambda i=i: _append(ledger, {"event": "effect", "key": key, "step": i,
+                                                        "job": ctx.job_id}) or i)
+    if not Path(switch).exists():
+        raise RuntimeError("failing until switched")
+    return {"key": key}
+
+
 @job("test.noop", params=NoParams, ttl=600, poll_interval=0.1)
 def noop(ctx: JobContext) -> dict[str, Any]:
     return {"ok": True}

@@ -31,6 +31,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TASKS_BACKEND_KEY_PREFIX": settings.key_prefix,
         "TASKS_BACKEND_QUEUE": settings.queue,
         "TASKS_BACKEND_JOBS": ",".join(settings.job_modules),
+        "TASKS_BACKEND_OPERATORS": ",".join(settings.operators),
         "TASKS_BACKEND_LEASE": str(settings.lease_s),
         "TASKS_BACKEND_MAX_ATTEMPTS": str(settings.max_attempts),
         "TASKS_BACKEND_QUEUED_GRACE": str(settings.queued_grace_s),

@@ -1,4 +1,5 @@
-"""A worker whose clock runs 40 s behind the sweeper's, as separate processes: Redis is the one clock.
+"""A worker whose clock runs 40 s behind the sweeper's, and a web host an hour fast, as separate processes: Redis
+is the one clock.
 
 The worker runs under libfaketime (Debian's `libfaketime` package), so every host-clock reading in its
 processes is 40 s late; its monotonic clock is left alone (timeouts, sleeps). Leases it writes must
@@ -14,15 +15,17 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tasks_backend import Principal
+from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobState
 from tests.conftest import make_settings, wait_until
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, wait_for_http, web_process
 from tests.workers.test_durability import Cluster, effects, open_gate, starts
 
 pytestmark = pytest.mark.chaos
@@ -106,3 +109,45 @@ def test_a_worker_40s_behind_keeps_its_leases_and_runs_each_job_once(skewed: Clu
     earliest = min(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() for ts in stamps)
     assert earliest < started - 30, "the worker's clock was not skewed"
     assert "WorkerLost" not in worker.output()
+
+
+def _rfc3339(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_a_web_host_an_hour_fast_judges_run_at_by_redis_clock(skewed: Cluster, tmp_path: Path) -> None:
+    """The web process runs under libfaketime one hour ahead. A `runAt` 3 s ahead of Redis's clock (an hour in
+    the past by the web host's) is accepted and starts 3 s later, not at once; one past the operation's
+    retention by Redis's clock (but within it by the web host's) is a 422 naming `runAt`."""
+    library = libfaketime()
+    path = os.pathsep.join([str(SHIM), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    port = free_port()
+    web = web_process(skewed.settings, tmp_path / "web.log", f"127.0.0.1:{port}", LD_PRELOAD=str(library),
+                      FAKETIME="+1h", FAKETIME_DONT_FAKE_MONOTONIC="1", PYTHONPATH=path,
+                      TASKS_BACKEND_TOKENS="alice:alice-token")
+    skewed.procs.append(web)
+    skewed.worker("on-time", concurrency=1)
+    url = f"http://127.0.0.1:{port}"
+    wait_for_http(f"{url}/readyz", web.popen, web.log_path, 60, "the skewed web process")
+    store = skewed.runtime.store
+    headers = {"Authorization": "Bearer alice-token"}
+    with httpx.Client(base_url=url, headers=headers, timeout=10) as http:
+        run_at = store.now_ms() + 3000
+        accepted = http.post("/v1/jobs", json={"operation": "test.noop", "params": {}, "runAt": _rfc3339(run_at)})
+        assert accepted.status_code == 202, accepted.text
+        handle = accepted.json()
+        assert handle["status"] == "working" and handle["runAt"] == _rfc3339(run_at), handle
+        ttl_ms = int(handle["ttlMs"])
+        job_id = handle["taskId"]
+        wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["status"] == "completed", 30, interval=0.1,
+                   message="the delayed job to run")
+        started = [e.updated_ms for e in store.events(job_id, "0-0", 0) if e.state is JobState.RUNNING]
+        assert started and run_at <= started[0] <= run_at + 2000, (started, run_at)
+
+        too_late = store.now_ms() + ttl_ms + 30 * 60_000  # 30 min past retention by Redis: 30 min within by the web's
+        refused = http.post("/v1/jobs", json={"operation": "test.noop", "params": {}, "runAt": _rfc3339(too_late)})
+        assert refused.status_code == 422 and "runAt" in refused.json()["errors"], refused.text
+        assert refused.headers["Content-Type"] == "application/problem+json"
+    stamps = [json.loads(line)["ts"] for line in web.output().splitlines() if line.startswith('{"ts"')]
+    latest = max(datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() for ts in stamps)
+    assert latest > time.time() + 3000, "the web process's clock was not skewed"

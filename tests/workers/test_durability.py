@@ -102,6 +102,13 @@ def run_to_gate(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path]:
     return record.id, ledger, gate
 
 
+def in_gate(cluster: Cluster) -> tuple[int, int]:
+    """(jobs in flight, jobs known) in the dispatch gate: both 0 once every job is done, its slot given back once."""
+    store, queue = cluster.runtime.store, cluster.settings.queue
+    return int(store.redis.zcard(store.keys.gate(queue, "flight"))), int(store.redis.hlen(store.keys.gate(queue,
+                                                                                                          "jobs")))
+
+
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_a_worker_told_to_hand_back_on_stop_returns_its_running_job_to_the_queue_at_once(
         cluster: Cluster, tmp_path: Path, pool: str) -> None:
@@ -135,6 +142,7 @@ def test_sigkill_of_the_pool_process_resumes_with_each_effect_once(cluster: Clus
     wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
     assert effects(ledger) == [0, 1, 2]
     assert cluster.runtime.service.get(ALICE, job_id).attempts == 2
+    assert in_gate(cluster) == (0, 0)  # the run that ended gave the slot back; the killed one never held a second
 
 
 def test_killed_worker_is_replaced_and_the_job_picked_up(cluster: Cluster, tmp_path: Path) -> None:
@@ -149,6 +157,7 @@ def test_killed_worker_is_replaced_and_the_job_picked_up(cluster: Cluster, tmp_p
     open_gate(gate, 2)
     wait_until(lambda: state(cluster.runtime, job_id) is JobState.COMPLETED, 30, message="completion")
     assert effects(ledger) == [0, 1, 2]
+    assert in_gate(cluster) == (0, 0)
 
 
 def test_poison_job_fails_after_bounded_attempts(make_broker_settings: Callable[..., Settings],
@@ -164,6 +173,8 @@ def test_poison_job_fails_after_bounded_attempts(make_broker_settings: Callable[
         failed = cluster.runtime.service.get(ALICE, record.id)
         assert failed.error is not None and failed.error["type"] == "WorkerLost"
         assert len(starts(ledger)) == 2
+        # No run reported its end: the slot comes back through the claim that gave up, or the pump's prune.
+        wait_until(lambda: in_gate(cluster) == (0, 0), 60, message="the slot given back")
     finally:
         cluster.stop()
 

@@ -2,8 +2,8 @@
 --       the push counter if ARGV[5] is not '', then the gate's keys (`Keys.gate_keys`) if ARGV[7] is not ''.
 -- ARGV: job id, max ttl ms (the owner index's and the schedule's ttl, and how far back the index keeps jobs), idem
 --       value ('' = no key), sweep delay ms, message to push ('' = none; with the gate, any other value says the
---       queue is given and the message is in the info), push counter ttl ms ('' = leave it), the job's gate info
---       as JSON ('' = no gate: the message is pushed as it is), delay (ms from now, or '@' and Redis ms), fallback
+--       queue is given and the message is in the info), push counter ttl ms ('' = leave it), the job's gate entry
+--       (lib/gate.lua) ('' = no gate: the message is pushed as it is), delay (ms from now, or '@' and Redis ms), fallback
 --       slots, fair shares ('1'/'0'), request id, job ttl ms, then the record's pairs.
 -- The whole submit on a single Redis (see lib/create_job.lua): calling a script costs Redis more than the commands
 -- in it, and this is the hot path of every submit; a Redis Cluster runs create, owner_index, schedule and
@@ -30,8 +30,9 @@ if ARGV[5] ~= '' then q = k; k = k + 2 end
 if ARGV[7] ~= '' then
   local now = clock(t)
   local out = {}
-  gate_admit(k, q, ARGV[6], ARGV[1], cjson.decode(ARGV[7]), gate_delay(ARGV[8], now), now,
-    gate_cap(k, now, ARGV[9], ARGV[10]), tonumber(ARGV[2]), out)
+  local ttl = tonumber(ARGV[2])
+  gate_admit(k, q, ARGV[6], ARGV[1], gate_info(ARGV[7]), gate_delay(ARGV[8], now), now,
+    gate_cap(k, now, ARGV[9], ARGV[10], ttl), ttl, out)
   return {created, false, unpack(out)}
 end
 if q then

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.service.runtime import Runtime
-from tests.conftest import Users, bearer, wait_until
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tests.conftest import ALICE, Serve, Users, bearer, make_settings, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -53,7 +53,7 @@ def test_another_owners_schedule_is_a_404_like_a_missing_one(http: httpx.Client,
                          ("POST", "/v1/schedules/mine/pause"), ("POST", "/v1/schedules/mine/resume")):
         answer = http.request(method, path, headers=other)
         assert answer.status_code == 404 and answer.json()["detail"] == missing.json()["detail"], (method, path)
-    assert http.get("/v1/schedules", headers=other).json() == {"schedules": []}
+    assert http.get("/v1/schedules", headers=other).json() == {"schedules": [], "nextCursor": None}
     # The other owner may use the name for a schedule of its own.
     assert define(http, other, name="mine", operation="test.noop", everySeconds=5).status_code == 201
     assert http.get("/v1/schedules/mine", headers=me).json()["everySeconds"] == 60
@@ -135,3 +135,64 @@ def test_each_tick_makes_one_job_listed_under_the_schedule(http: httpx.Client, u
     count = len(http.get("/v1/jobs", params={"schedule": "often", "limit": 200}, headers=me).json()["jobs"])
     ticker.tick_once()
     assert len(http.get("/v1/jobs", params={"schedule": "often", "limit": 200}, headers=me).json()["jobs"]) == count
+
+
+def test_the_list_is_paged_oldest_first_with_a_cursor(http: httpx.Client, users: Users) -> None:
+    _, me = principal(users)
+    names = [f"s{i}" for i in range(5)]
+    for name in names:
+        assert define(http, me, name=name, operation="test.noop", everySeconds=60).status_code == 201
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        page = http.get("/v1/schedules", params={"limit": 2, **({"cursor": cursor} if cursor else {})},
+                        headers=me).json()
+        seen += [s["name"] for s in page["schedules"]]
+        pages += 1
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == names and pages == 3
+    assert http.delete("/v1/schedules/s1", headers=me).status_code == 204
+    whole = http.get("/v1/schedules", headers=me).json()
+    assert [s["name"] for s in whole["schedules"]] == ["s0", "s2", "s3", "s4"] and whole["nextCursor"] is None
+    for params in ({"cursor": "not-a-cursor"}, {"limit": 0}, {"limit": 201}, {"limit": "x"}):
+        bad = http.get("/v1/schedules", params=params, headers=me)
+        assert bad.status_code == 400 and bad.headers["Content-Type"] == "application/problem+json", params
+
+
+def test_an_owner_may_define_at_most_max_schedules(serve: Serve, redis_base: str) -> None:
+    """A new name past the cap is a 409 that says so, and stores nothing; the names held may still be defined
+    again (200) or conflict (409 as always); deleting one makes room. Another owner has a cap of its own."""
+    url = serve(make_settings(redis_base, max_schedules=2))
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for name in ("a", "b"):
+            assert define(http, ALICE, name=name, operation="test.noop", everySeconds=60).status_code == 201
+        over = define(http, ALICE, name="c", operation="test.noop", everySeconds=60)
+        assert over.status_code == 409 and over.headers["Content-Type"] == "application/problem+json"
+        problem = over.json()
+        assert problem["type"].endswith("/schedule-limit-reached") and problem["limit"] == 2, problem
+        assert "2 schedules" in problem["detail"] and "Retry-After" not in over.headers
+        assert http.get("/v1/schedules/c", headers=ALICE).status_code == 404
+        assert define(http, ALICE, name="a", operation="test.noop", everySeconds=60).status_code == 200
+        conflict = define(http, ALICE, name="a", operation="test.noop", everySeconds=30)
+        assert conflict.status_code == 409 and conflict.json()["type"].endswith("/schedule-conflict")
+        assert define(http, bearer("bob-token"), name="c", operation="test.noop", everySeconds=60).status_code == 201
+        assert http.delete("/v1/schedules/b", headers=ALICE).status_code == 204
+        assert define(http, ALICE, name="c", operation="test.noop", everySeconds=60).status_code == 201
+        assert [s["name"] for s in http.get("/v1/schedules", headers=ALICE).json()["schedules"]] == ["a", "c"]
+
+
+def test_an_expired_schedule_no_longer_counts_against_the_cap(serve: Serve, redis_base: str) -> None:
+    """A schedule whose record expired (its sweepers stopped past the TTL ceiling) leaves its name in the owner's
+    list; at the cap the list is pruned of such names before a new one is refused."""
+    settings = make_settings(redis_base, max_schedules=1)
+    url = serve(settings)
+    store = build_runtime(settings).store
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert define(http, ALICE, name="old", operation="test.noop", everySeconds=60).status_code == 201
+        assert define(http, ALICE, name="new", operation="test.noop", everySeconds=60).status_code == 409
+        store.redis.delete(store.keys.schedule("alice", "old"))  # what its TTL does
+        assert define(http, ALICE, name="new", operation="test.noop", everySeconds=60).status_code == 201
+        assert [s["name"] for s in http.get("/v1/schedules", headers=ALICE).json()["schedules"]] == ["new"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import json
 import logging
@@ -214,3 +215,32 @@ def test_list_in_a_terminal_keeps_every_header_and_whole_values(worker: Any, cli
         assert "demo.refund" in lines[row] and "Approve a refund of 5.00 for order 79?" in lines[row]
     else:
         assert lines[row + 1].split()[0] == "demo.refund" and "Approve" in lines[row]
+
+
+def test_submit_later_and_with_a_priority(worker: Any, cli: Any) -> None:
+    """--delay and --run-at hold the start back (the handle says until when), --priority ranks the job; the
+    spelling is checked before any request, the time by the server."""
+    def handle(job_id: str) -> dict[str, Any]:
+        return json.loads(cli("status", job_id, "--json").stdout)  # type: ignore[no-any-return]
+
+    def at(text: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(text)
+
+    later = handle(cli("submit", "demo.sleep", "seconds=0.1", "--delay", "2s", "--priority", "7").stdout.strip())
+    assert later["status"] == "working" and "Waiting to start" in later["statusMessage"]
+    assert later["priority"] == 7
+    assert 1.9 <= (at(later["runAt"]) - at(later["createdAt"])).total_seconds() <= 2.1
+    wait_until(lambda: handle(later["taskId"])["status"] == "completed", 15, interval=0.2,
+               message="the delayed job to run")
+    brief = handle(cli("submit", "test.noop", "--delay", "500ms").stdout.strip())
+    assert 0.45 <= (at(brief["runAt"]) - at(brief["createdAt"])).total_seconds() <= 0.55
+    when = (dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)).replace(microsecond=0)
+    fixed = handle(cli("submit", "test.noop", "--run-at", when.isoformat().replace("+00:00", "Z")).stdout.strip())
+    assert at(fixed["runAt"]) == when and fixed["priority"] == 5
+    cli("cancel", fixed["taskId"], expect=None)
+    for args, said in ((["--delay", "1s", "--run-at", when.isoformat()], "not both"),
+                       (["--delay", "soon"], "not a duration"), (["--run-at", "2030-01-01T09:00:00"], "not a time"),
+                       (["--priority", "10"], "--priority")):
+        assert said in cli("submit", "test.noop", *args, expect=2).stderr, args
+    too_late = cli("submit", "test.noop", "--run-at", "2999-01-01T00:00:00Z", expect=1)
+    assert "422" in too_late.stderr and "runAt" in too_late.stderr

@@ -49,3 +49,12 @@ def test_refusals_name_the_field_and_a_missing_schedule_is_said(cli: Any) -> Non
     assert "cron" in bad.stderr and "422" in bad.stderr
     assert "No such schedule" in cli("rm", "nothing", expect=1).stderr
     assert "--cron or --every" in cli("add", "x", "test.noop", expect=2).stderr
+
+
+def test_list_follows_the_pages(cli: Any) -> None:
+    for name in ("p1", "p2", "p3"):
+        cli("add", name, "test.noop", "--every", "60")
+    listed = json.loads(cli("list", "--json", "--page-size", "2").stdout)
+    assert [s["name"] for s in listed] == ["p1", "p2", "p3"]
+    assert [line.split("\t")[0] for line in cli("list", "--page-size", "1").stdout.splitlines()[1:]] == [
+        "p1", "p2", "p3"]

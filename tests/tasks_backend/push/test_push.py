@@ -126,6 +126,12 @@ def test_a_dead_receiver_is_given_up_on_event_by_event(runtime: Runtime, setting
     try:
         deliverer = PushDeliverer(runtime.store, settings.with_(push_allow_private=True, push_max_attempts=2),
                                   formats=push_formats())
+        stats = runtime.store.keys.stats("push")  # what /metrics reports as tasks_backend_push_deliveries_total
+
+        def counted() -> dict[str, int]:
+            return {k: int(v) for k, v in runtime.store.redis.hgetall(stats).items()}
+
+        before = counted()
         record, _ = runtime.service.submit(Principal("alice"), "test.noop", {})
         push = PushStore(runtime.store)
         config = normalize_config({"url": receiver.url}, record.id)
@@ -136,6 +142,10 @@ def test_a_dead_receiver_is_given_up_on_event_by_event(runtime: Runtime, setting
         _deliver_until(deliverer, lambda: push.cursors(record.id)[record.id].after == last,
                        "delivery to move past every event")
         assert receiver.attempts >= 2 and not receiver.calls
+        after = counted()
+        # Every attempt failed (one the breaker stopped without a call counts too), and each event was given up.
+        assert after.get("failed", 0) - before.get("failed", 0) >= receiver.attempts
+        assert after.get("given_up", 0) - before.get("given_up", 0) >= 1
     finally:
         receiver.close()
 

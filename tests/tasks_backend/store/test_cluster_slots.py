@@ -11,7 +11,6 @@ them per node); one command, one script and one MULTI/EXEC may not. The cluster 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import threading
 import uuid
@@ -25,10 +24,12 @@ from redis.crc import key_slot
 
 from tasks_backend.access.auth import Principal
 from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.push.secrets import WebhookSecrets
 from tasks_backend.push.subscriptions import Cursor, PushStore
 from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
-from tasks_backend.store.admission import GateCall
+from tasks_backend.store.admission import GateCall, GateLeave
+from tasks_backend.store.admission import entry as gate_entry
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
@@ -40,8 +41,8 @@ LIMITS = {"limits.rate", "limits.auth_fail", "limits.count", "limits.stream", "l
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}
 #: Scripts sent only to a single Redis: the whole submit in one script, its keys in several slots (and the queue's,
-#: when the broker is the same Redis: a cluster cannot be one).
-ONE_SERVER_ONLY = {"submit"}
+#: when the broker is the same Redis: a cluster cannot be one); a run's end with the gate's leave, likewise.
+ONE_SERVER_ONLY = {"submit", "gate.finish"}
 #: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time.
 CLUSTER_ONLY = {"create", "owner_index"}
 
@@ -146,13 +147,18 @@ def one_life(runtime: Runtime) -> None:
 
     gate = GateCall(fallback_slots=4, fair=True, ttl_ms=600_000, keys=tuple(keys.gate_keys("slots")))
     fourth = str(uuid.uuid4())
-    info = json.dumps({"o": keys.gate_owner(owner), "p": 5, "c": keys.gate_concurrency("test.noop", ""), "m": 1,
-                       "x": "test.noop"})
+    info = gate_entry(keys.gate_owner(owner), 5, "test.noop", keys.gate_concurrency("test.noop", ""), 1)
     store.gate_admit(gate, fourth, info, "0")
     store.gate_admit(gate, fourth, "", "0", leave_first=True)
     store.gate_leave(gate, [fourth], final=True)
     store.gate_tick(gate, "w", 2, 30_000)
     store.gate_where(gate, [fourth])
+    if not is_cluster(runtime):  # a run's end and the gate's leave in one script: a single Redis only
+        fifth = str(uuid.uuid4())
+        store.create({**fields, "idem": ""}, fifth, owner, idem_key=None, idem_value="", ttl_ms=600_000,
+                     sweep_in_ms=60_000)
+        store.transition(fifth, JobState.FAILED, owner=owner, change=Change(error_json="{}"), unschedule=False,
+                         leave=GateLeave(gate, final=True))
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
@@ -174,6 +180,7 @@ def one_life(runtime: Runtime) -> None:
     assert lock is not None
     pushes.release(job_id, lock)
     pushes.delete(job_id, "c1")
+    WebhookSecrets(store).rotate(owner, 0)  # the owner's webhook secret
     assert publish(store.redis, keys, runtime.registry) > 0
     schedule_life(runtime, owner, job_id)
     assert keys.owner_index(owner)  # the owner's keys were all used above

@@ -1,7 +1,8 @@
 -- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue and its push counter when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then job id, its
---       info as JSON ('' = what the gate knows of it), delay (ms from now, or '@' and Redis ms), and '1' if it
---       leaves flight first (a retry or a hand-back: the run that ends is the one in flight).
+--       entry ('' = what the gate knows of it), delay (ms from now, or '@' and Redis ms), '1' if it leaves flight
+--       first (a retry or a hand-back: the run that ends is the one in flight), and its message or operation (for
+--       a re-admission: the gate keeps it only while a job waits).
 -- Makes one job runnable (see lib/gate.lua). Returns {known, released id, message or operation, ...}: known 0
 -- when the gate knows nothing of the job (the caller publishes it as it is); the pairs are for the caller to
 -- publish when no queue was given. Applied twice: the second finds the job held, delayed or in flight.
@@ -13,8 +14,8 @@ local q = nil
 if #KEYS > 9 then q = 10 end
 if ARGV[8] == '1' then gate_leave(1, ARGV[5], false, ttl) end
 local info = nil
-if ARGV[6] ~= '' then info = cjson.decode(ARGV[6]) end
+if ARGV[6] ~= '' then info = gate_info(ARGV[6]) end
 local out = {}
 local known = gate_admit(1, q, ARGV[4], ARGV[5], info, gate_delay(ARGV[7], now), now,
-  gate_cap(1, now, ARGV[1], ARGV[2]), ttl, out)
+  gate_cap(1, now, ARGV[1], ARGV[2], ttl), ttl, out, ARGV[9])
 return {known and 1 or 0, unpack(out)}

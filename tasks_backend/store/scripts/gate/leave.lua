@@ -3,7 +3,8 @@
 --       gate forgets the jobs (finished) or '0' (parked: a later admission reuses what it knew), then job ids.
 -- Jobs leave flight (their runs ended), and the pump releases held jobs into the room they made (lib/gate.lua).
 -- Returns {released id, message or operation, ...} for the caller to publish when no queue was given. Applied
--- twice, the second finds nothing to take away.
+-- twice, the second finds nothing to take away. A run's own end leaves in its last transition instead
+-- (`gate/finish.lua`) on a single Redis.
 -- Uses: gate
 
 local now = clock()
@@ -12,5 +13,5 @@ local q = nil
 if #KEYS > 9 then q = 10 end
 for i = 6, #ARGV do gate_leave(1, ARGV[i], ARGV[5] == '1', ttl) end
 local out = {}
-gate_pump(1, q, ARGV[4], now, gate_cap(1, now, ARGV[1], ARGV[2]), ttl, out)
+gate_pump(1, q, ARGV[4], now, gate_cap(1, now, ARGV[1], ARGV[2], ttl), ttl, out, false)
 return out

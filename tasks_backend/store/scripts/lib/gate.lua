@@ -5,9 +5,13 @@
 -- The dispatch gate: a job's message goes to the broker only while fewer than `cap` are in flight (sent and not
 -- finished); the others are held in `ready` (members '<owner>:<9 - priority>:<sequence>:<id>', all scored 0,
 -- so an owner's jobs sort by priority, then submission), and released owner by owner in turn (the ring: the
--- owner served longest ago first). `conc` counts the jobs in flight per concurrency value. A job's `info`:
--- o owner, p priority, k its member in `ready` (kept across re-admissions), c concurrency value ('' none), m its
--- max, x the message or operation, t where it is (h held, d delayed, f in flight, x out: parked, between runs).
+-- owner served longest ago first). `conc` counts the jobs in flight per concurrency value. A job's entry in
+-- `jobs` is one string, 't|p|m|s|o|c|x' (no JSON to decode and encode on every call): t where it is (h held,
+-- d delayed, f in flight, x out: parked, between runs), p priority, m the concurrency max, s its sequence in
+-- `ready` ('' before its first hold; kept across re-admissions), o owner, c concurrency value ('' none), x the
+-- message or operation, kept only while held or delayed (a re-admission passes it again).
+-- The slot total is cached in `turns` ('cap', -1: no worker published; 'capu': until when, the earliest expiry
+-- of a live worker's publish), so a call reads one hash, and recounts only when a publish expired.
 
 -- A delay as callers pass it: ms from now, or '@' and an absolute time (Redis ms).
 local function gate_delay(spec, now)
@@ -15,99 +19,149 @@ local function gate_delay(spec, now)
   return tonumber(spec)
 end
 
-local function gate_put(g, id, info, ttl)
-  redis.call('HSET', KEYS[g], id, cjson.encode(info))
-  redis.call('PEXPIRE', KEYS[g], ttl)
+local function gate_info(raw)
+  if string.sub(raw, 1, 1) == '{' then  -- an entry written as JSON, before entries were strings
+    local j = cjson.decode(raw)
+    local s = j.k and string.match(j.k, '^[^:]*:%d:(%d+):') or ''
+    return {t = j.t, p = tonumber(j.p), m = tonumber(j.m) or 0, s = s, o = j.o, c = j.c or '', x = j.x or ''}
+  end
+  local t, p, m, s, o, c, x = string.match(raw, '^(.)|(%d)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)')
+  return {t = t, p = tonumber(p), m = tonumber(m) or 0, s = s, o = o, c = c, x = x}
+end
+
+local function gate_member(id, info)
+  return string.format('%s:%d:%013d:%s', info.o, 9 - info.p, tonumber(info.s), id)
+end
+
+-- `fresh`: the entry may be new (and the hash with it): its TTL is set.
+local function gate_put(g, id, info, ttl, fresh)
+  local x = ''
+  if info.t == 'h' or info.t == 'd' then x = info.x end
+  redis.call('HSET', KEYS[g], id, table.concat({info.t, info.p, info.m, info.s, info.o, info.c, x}, '|'))
+  if fresh then redis.call('PEXPIRE', KEYS[g], ttl) end
+end
+
+-- The live workers' slots, counted again and cached; -1 when none published.
+local function gate_recount(g, now, ttl)
+  local live = redis.call('ZRANGEBYSCORE', KEYS[g + 5], now, '+inf', 'WITHSCORES')
+  local total, till = -1, now + ttl
+  if #live > 0 then
+    local names = {}
+    for i = 1, #live, 2 do table.insert(names, live[i]) end
+    total = 0
+    for _, n in ipairs(redis.call('HMGET', KEYS[g + 6], unpack(names))) do total = total + (tonumber(n) or 0) end
+    till = tonumber(live[2])
+  end
+  redis.call('HSET', KEYS[g + 2], 'cap', total, 'capu', ms(till))
+  redis.call('PEXPIRE', KEYS[g + 2], ttl)
+  return total
 end
 
 -- The worker slots the live workers published (`fallback` when none did); unbounded when fair shares are off.
-local function gate_cap(g, now, fallback, fair)
+local function gate_cap(g, now, fallback, fair, ttl)
   if fair ~= '1' then return 1e12 end
-  local names = redis.call('ZRANGEBYSCORE', KEYS[g + 5], now, '+inf')
-  if #names == 0 then return tonumber(fallback) end
-  local total = 0
-  for _, n in ipairs(redis.call('HMGET', KEYS[g + 6], unpack(names))) do total = total + (tonumber(n) or 0) end
-  return total
+  local c = redis.call('HMGET', KEYS[g + 2], 'cap', 'capu')
+  local cap
+  if c[1] and tonumber(c[2]) >= now then cap = tonumber(c[1]) else cap = gate_recount(g, now, ttl) end
+  if cap < 0 then return tonumber(fallback) end
+  return cap
 end
 
 local function conc_free(g, info)
   if info.c == '' then return true end
-  return tonumber(redis.call('HGET', KEYS[g + 8], info.c) or '0') < tonumber(info.m)
+  return tonumber(redis.call('HGET', KEYS[g + 8], info.c) or '0') < info.m
 end
 
 local function gate_hold(g, id, info, ttl)
-  if not info.k then
-    local seq = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)
-    redis.call('PEXPIRE', KEYS[g + 2], ttl)
-    info.k = string.format('%s:%d:%013d:%s', info.o, 9 - tonumber(info.p), seq, id)
+  if info.s == '' then
+    info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)
+    if info.s == 1 then redis.call('PEXPIRE', KEYS[g + 2], ttl) end  -- made now (the counter is never reset)
   end
   info.t = 'h'
-  gate_put(g, id, info, ttl)
-  redis.call('ZADD', KEYS[g + 7], 0, info.k)
+  gate_put(g, id, info, ttl, true)
+  redis.call('ZADD', KEYS[g + 7], 0, gate_member(id, info))
   redis.call('PEXPIRE', KEYS[g + 7], ttl)
   if not redis.call('ZSCORE', KEYS[g + 1], info.o) then
-    -- A newcomer goes ahead of every owner served since the last turn began.
+    -- A newcomer goes ahead of every owner served since the last turn began, and of an owner alone in the ring
+    -- (served last, and given no turn for it: see gate_pump).
     local turn = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0')
+    local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
+    if #head == 2 then turn = math.min(turn, tonumber(head[2])) end
     redis.call('ZADD', KEYS[g + 1], turn - 0.5, info.o)
+    redis.call('PEXPIRE', KEYS[g + 1], ttl)
   end
-  redis.call('PEXPIRE', KEYS[g + 1], ttl)
 end
 
-local function gate_release(g, q, cttl, id, info, now, ttl, out)
+-- `flying`: how many were in flight before (0: the set is made again, and given its TTL); `fresh` as gate_put's.
+local function gate_release(g, q, cttl, id, info, now, ttl, out, flying, fresh)
+  local x = info.x
   info.t = 'f'
-  gate_put(g, id, info, ttl)
+  gate_put(g, id, info, ttl, fresh)
   redis.call('ZADD', KEYS[g + 3], now, id)
-  redis.call('PEXPIRE', KEYS[g + 3], ttl)
+  if flying == 0 then redis.call('PEXPIRE', KEYS[g + 3], ttl) end
   if info.c ~= '' then
     redis.call('HINCRBY', KEYS[g + 8], info.c, 1)
     redis.call('PEXPIRE', KEYS[g + 8], ttl)
   end
   if q then
-    redis.call('LPUSH', KEYS[q], info.x)
+    redis.call('LPUSH', KEYS[q], x)
     redis.call('INCR', KEYS[q + 1])
     if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
   else
-    table.insert(out, id); table.insert(out, info.x)
+    table.insert(out, id); table.insert(out, x)
   end
 end
 
--- Delayed jobs now due join their owners' queues; then held jobs are released while there is room, one per
--- owner per turn, each owner's first job whose concurrency value has room (among its first 50).
-local function gate_pump(g, q, cttl, now, cap, ttl, out)
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[g + 4], '-inf', now, 'LIMIT', 0, 500)) do
-    redis.call('ZREM', KEYS[g + 4], id)
+-- An owner's first held job whose concurrency value has room among its first `n`, dropping stale members: the
+-- job's id and entry (nil: none), and the members read.
+local function gate_first(g, o, n)
+  local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, n)
+  for _, member in ipairs(members) do
+    local id = string.sub(member, #o + 18)  -- after '<owner>:<digit>:<13 digits>:'
     local raw = redis.call('HGET', KEYS[g], id)
-    if raw then gate_hold(g, id, cjson.decode(raw), ttl) end
+    local this = raw and gate_info(raw)
+    if not this or this.t ~= 'h' then
+      redis.call('ZREM', KEYS[g + 7], member)
+    elseif conc_free(g, this) then
+      return id, this, members
+    end
   end
-  local room = cap - redis.call('ZCARD', KEYS[g + 3])
+  return nil, nil, members
+end
+
+-- `due`: delayed jobs now due join their owners' queues first (the pump's tick; admissions and leaves leave them
+-- to it). Then held jobs are released while there is room, one per owner per turn, each owner's first job whose
+-- concurrency value has room (the first two are read; all 50 first only when both wait on their value).
+-- `flying`: how many are in flight, when the caller knows.
+local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
+  if due then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[g + 4], '-inf', now, 'LIMIT', 0, 500)) do
+      redis.call('ZREM', KEYS[g + 4], id)
+      local raw = redis.call('HGET', KEYS[g], id)
+      if raw then gate_hold(g, id, gate_info(raw), ttl) end
+    end
+  end
+  flying = flying or redis.call('ZCARD', KEYS[g + 3])
   local rounds = 0
-  while room > 0 and rounds < 1000 do
+  while flying < cap and rounds < 1000 do
     rounds = rounds + 1
     local released = false
-    for _, o in ipairs(redis.call('ZRANGE', KEYS[g + 1], 0, 63)) do
-      if room <= 0 then break end
-      local chosen, info
-      local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, 50)
-      for _, member in ipairs(members) do
-        local id = string.sub(member, #o + 18)  -- after '<owner>:<digit>:<13 digits>:'
-        local raw = redis.call('HGET', KEYS[g], id)
-        local this = raw and cjson.decode(raw)
-        if not this or this.t ~= 'h' then
-          redis.call('ZREM', KEYS[g + 7], member)
-        elseif conc_free(g, this) then
-          chosen, info = id, this
-          break
-        end
-      end
+    local ring = redis.call('ZRANGE', KEYS[g + 1], 0, 63, 'WITHSCORES')
+    for i = 1, #ring, 2 do
+      local o = ring[i]
+      if flying >= cap then break end
+      local chosen, info, members = gate_first(g, o, 2)
+      if not chosen and #members == 2 then chosen, info, members = gate_first(g, o, 50) end
       if chosen then
-        redis.call('ZREM', KEYS[g + 7], info.k)
-        gate_release(g, q, cttl, chosen, info, now, ttl, out)
-        room = room - 1
+        redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
+        gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
+        flying = flying + 1
         released = true
-        local turn = redis.call('HINCRBY', KEYS[g + 2], 'turn', 1)
-        redis.call('PEXPIRE', KEYS[g + 2], ttl)
-        if #members == 1 then redis.call('ZREM', KEYS[g + 1], o)
-        else redis.call('ZADD', KEYS[g + 1], turn, o) end
+        if #members == 1 then
+          redis.call('ZREM', KEYS[g + 1], o)
+        elseif #ring > 2 then  -- an owner alone in the ring keeps its score: one owner's flood takes no turns
+          redis.call('ZADD', KEYS[g + 1], redis.call('HINCRBY', KEYS[g + 2], 'turn', 1), o)
+        end
       elseif #members == 0 then
         redis.call('ZREM', KEYS[g + 1], o)
       end
@@ -117,27 +171,31 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out)
 end
 
 -- Make a job runnable: straight to the broker when nothing is held and there is room, else held (or delayed
--- `delay` ms) and the pump run. `info` nil: what the gate knows of the job from before (a re-admission).
--- Returns false when the gate knows nothing of the job (the caller publishes it as it is). A job already held,
--- delayed or in flight is left as it is: applied twice, an admission changes nothing more.
-local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out)
+-- `delay` ms) and the pump run. `info` nil: what the gate knows of the job from before (a re-admission, whose
+-- message `msg` the caller passes again). Returns false when the gate knows nothing of the job (the caller
+-- publishes it as it is). A job already held, delayed or in flight is left as it is: applied twice, an
+-- admission changes nothing more.
+local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
   local raw = redis.call('HGET', KEYS[g], id)
   if raw then
-    local was = cjson.decode(raw)
-    if was.t ~= 'x' then return true end
-    info = was
+    info = gate_info(raw)
+    if info.t ~= 'x' then return true end
+    if info.x == '' then info.x = msg or '' end
   end
   if not info then return false end
   if delay > 0 then
     info.t = 'd'
-    gate_put(g, id, info, ttl)
+    gate_put(g, id, info, ttl, true)
     redis.call('ZADD', KEYS[g + 4], now + delay, id)
     redis.call('PEXPIRE', KEYS[g + 4], ttl)
-  elseif redis.call('ZCARD', KEYS[g + 1]) == 0 and redis.call('ZCARD', KEYS[g + 3]) < cap and conc_free(g, info) then
-    gate_release(g, q, cttl, id, info, now, ttl, out)
+    return true
+  end
+  local flying = redis.call('ZCARD', KEYS[g + 3])
+  if flying < cap and redis.call('ZCARD', KEYS[g + 1]) == 0 and conc_free(g, info) then
+    gate_release(g, q, cttl, id, info, now, ttl, out, flying, true)
   else
     gate_hold(g, id, info, ttl)
-    gate_pump(g, q, cttl, now, cap, ttl, out)
+    gate_pump(g, q, cttl, now, cap, ttl, out, false, flying)
   end
   return true
 end
@@ -146,14 +204,14 @@ end
 local function gate_leave(g, id, final, ttl)
   local raw = redis.call('HGET', KEYS[g], id)
   if not raw then return end
-  local info = cjson.decode(raw)
+  local info = gate_info(raw)
   if info.t == 'f' then
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' and tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then
       redis.call('HDEL', KEYS[g + 8], info.c)
     end
   elseif info.t == 'h' then
-    redis.call('ZREM', KEYS[g + 7], info.k)
+    redis.call('ZREM', KEYS[g + 7], gate_member(id, info))
   elseif info.t == 'd' then
     redis.call('ZREM', KEYS[g + 4], id)
   end
@@ -161,6 +219,11 @@ local function gate_leave(g, id, final, ttl)
     redis.call('HDEL', KEYS[g], id)
   elseif info.t ~= 'x' then
     info.t = 'x'
-    gate_put(g, id, info, ttl)
+    gate_put(g, id, info, ttl, false)
   end
+end
+
+-- Every gate key's TTL renewed (the pump's tick: the hot paths set a TTL only where a key may be made anew).
+local function gate_keep(g, ttl)
+  for i = g, g + 8 do redis.call('PEXPIRE', KEYS[i], ttl) end
 end

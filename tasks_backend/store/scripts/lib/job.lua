@@ -21,9 +21,12 @@ local function feed(now, state, msg, done, total, exp, terminal, ckpt)
   if total then table.insert(entry, 't'); table.insert(entry, total) end
   if terminal then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))
-    -- Nothing replays a finished job: drop its checkpoints, and keep the feed only long enough
+    -- Nothing replays a completed job: drop its checkpoints. A failed or cancelled one keeps its steps
+    -- (they expire with it) for a rerun that keeps them; its answers go. Keep the feed only long enough
     -- for live subscribers and push deliveries (which retry for up to a minute) to read the final entry.
-    if ckpt then redis.call('DEL', KEYS[3], KEYS[4]) end
+    if ckpt then
+      if state == $COMPLETED then redis.call('DEL', KEYS[3], KEYS[4]) else redis.call('DEL', KEYS[4]) end
+    end
     redis.call('PEXPIREAT', KEYS[2], math.min(exp, tonumber(now) + 60000))
   elseif not redis.call('XADD', KEYS[2], 'NOMKSTREAM', 'MAXLEN', '~', 128, '*', unpack(entry)) then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', 128, '*', unpack(entry))

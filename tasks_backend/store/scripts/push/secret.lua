@@ -6,22 +6,22 @@
 -- A previous secret whose grace has ended is dropped. Either way the key lives at least TTL more.
 -- Returns {current, previous or '', previousUntil or ''}.
 
-local key, fresh, grace, ttl, mode = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local current = redis.call('HGET', key, 'current')
+local fresh, grace, ttl, mode = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local current = redis.call('HGET', KEYS[1], 'current')
 if not current then
-  redis.call('HSET', key, 'current', fresh)
+  redis.call('HSET', KEYS[1], 'current', fresh)
   current = fresh
 elseif mode == 'rotate' and current ~= fresh then
-  redis.call('HDEL', key, 'previous', 'previousUntil')
+  redis.call('HDEL', KEYS[1], 'previous', 'previousUntil')
   if grace > 0 then
-    redis.call('HSET', key, 'previous', current, 'previousUntil', ms(clock() + grace))
+    redis.call('HSET', KEYS[1], 'previous', current, 'previousUntil', ms(clock() + grace))
   end
-  redis.call('HSET', key, 'current', fresh)
+  redis.call('HSET', KEYS[1], 'current', fresh)
   current = fresh
 end
-local ends = tonumber(redis.call('HGET', key, 'previousUntil') or '')
-if ends and ends <= clock() then redis.call('HDEL', key, 'previous', 'previousUntil') end
-if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
-local previous = redis.call('HGET', key, 'previous') or ''
-local until_ms = redis.call('HGET', key, 'previousUntil') or ''
+local ends = tonumber(redis.call('HGET', KEYS[1], 'previousUntil') or '')
+if ends and ends <= clock() then redis.call('HDEL', KEYS[1], 'previous', 'previousUntil') end
+if redis.call('PTTL', KEYS[1]) < ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+local previous = redis.call('HGET', KEYS[1], 'previous') or ''
+local until_ms = redis.call('HGET', KEYS[1], 'previousUntil') or ''
 return {current, previous, until_ms}

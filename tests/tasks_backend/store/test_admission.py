@@ -1,0 +1,114 @@
+"""The dispatch gate's store side (`store/admission.py`, `scripts/lib/gate.lua`) against a real Redis: the slot
+total it caches, a run's end that leaves the gate in its last transition, and what it keeps of a job."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import build_runtime
+from tasks_backend.store.admission import GateCall, GateEntry, GateLeave
+from tasks_backend.store.admission import entry as gate_entry
+from tasks_backend.store.fields import Change
+from tasks_backend.store.jobs import RedisStore
+from tests.conftest import make_settings, wait_until
+
+OWNER = "alice"
+
+
+@pytest.fixture
+def store(redis_base: str) -> RedisStore:
+    return build_runtime(make_settings(redis_base)).store
+
+
+def gate_of(store: RedisStore, fallback: int = 1) -> GateCall:
+    """A gate of its own (a fresh queue name), that returns what it releases instead of pushing it."""
+    return GateCall(fallback, True, 600_000, tuple(store.keys.gate_keys(f"q-{uuid.uuid4().hex[:8]}")))
+
+
+def info(store: RedisStore, message: str = "test.noop") -> str:
+    return gate_entry(store.keys.gate_owner(OWNER), 5, message)
+
+
+def submit(store: RedisStore, call: GateCall) -> tuple[str, list[tuple[str, str]]]:
+    """A new job, admitted in its submit's script: (its id, what the gate released)."""
+    job_id, released = str(uuid.uuid4()), []
+    fields = {"owner": OWNER, "op": "test.noop", "state": JobState.QUEUED.value, "ttl": "600000", "poll": "100",
+              "params": "{}"}
+    store.create(fields, job_id, OWNER, idem_key=None, idem_value="", ttl_ms=600_000, sweep_in_ms=60_000,
+                 gate=GateEntry(call, info(store, f"msg-{job_id}"), "0"), released=released)
+    return job_id, released
+
+
+def flight(store: RedisStore, call: GateCall) -> set[str]:
+    return {str(x) for x in store.redis.zrange(call.key("flight"), 0, -1)}
+
+
+def test_a_workers_slots_leave_the_total_when_its_publish_expires_with_no_tick_between(store: RedisStore) -> None:
+    call = gate_of(store)
+    store.gate_tick(call, "steady", 2, 600_000)
+    now, _, _ = store.gate_tick(call, "dying", 3, 300)  # a worker that publishes once, then dies
+    admitted = [store.gate_admit(call, str(i), info(store), "0") for i in range(6)]
+    assert sum(len(released) for _, released in admitted) == 5  # 2 + 3 slots; the sixth is held
+    wait_until(lambda: store.gate_tick(gate_of(store))[0] > now + 300, message="the dying worker's publish expired")
+    # No tick of this gate ran since: the first call after the expiry counts the slots again (2 now).
+    assert store.gate_leave(call, ["0", "1", "2"], final=True) == []
+    assert store.gate_leave(call, ["3"], final=True) == [("5", "test.noop")]
+    assert flight(store, call) == {"4", "5"}
+
+
+def test_a_runs_end_applied_twice_gives_its_slot_back_once(store: RedisStore) -> None:
+    """The run parks for input (leaving flight in that transition); by the time its reply is replayed the job was
+    admitted again and is in flight once more: the replay must not take it out (a slot counted free twice)."""
+    call = gate_of(store, fallback=1)
+    first, released = submit(store, call)
+    assert [job for job, _ in released] == [first]
+    second, held = submit(store, call)
+    third, _ = submit(store, call)
+    assert held == [] and flight(store, call) == {first}
+    store.claim(first, lease_ms=5000, worker="w", max_attempts=3, exhausted_error={"m": "x"})
+    token = int(store.get(first).token or 0)  # type: ignore[union-attr]
+
+    def park() -> tuple[str, list[tuple[str, str]]]:
+        leave = GateLeave(call, final=False)
+        outcome, _, _ = store.transition(first, JobState.INPUT_REQUIRED, token=token, request_id="park-1",
+                                         change=Change.parked("[]", "A question."), leave=leave)
+        return outcome, leave.released
+
+    assert park() == ("ok", [(second, f"msg-{second}")])
+    assert store.gate_leave(call, [second], final=True) == [(third, f"msg-{third}")]
+    assert store.gate_admit(call, first, "", "0", message=f"msg-{first}") == (True, [])  # answered: held
+    assert store.gate_leave(call, [third], final=True) == [(first, f"msg-{first}")]
+    assert park() == ("ok", [])  # the replay: no second leave
+    assert flight(store, call) == {first}
+    assert [where for where, _ in store.gate_where(call, [first, second, third])] == ["f", None, None]
+
+
+def test_a_job_let_through_keeps_no_message_and_a_readmission_brings_its_own(store: RedisStore) -> None:
+    call = gate_of(store, fallback=1)
+    first, _ = submit(store, call)
+    second, _ = submit(store, call)
+    assert str(store.redis.hget(call.key("jobs"), first)).endswith("|")  # in flight: no message kept
+    assert str(store.redis.hget(call.key("jobs"), second)).endswith(f"|msg-{second}")  # held: its message kept
+    # The first run parks (a question): it leaves flight, the second goes; then the answer admits the first again.
+    assert store.gate_leave(call, [first], final=False) == [(second, f"msg-{second}")]
+    known, released = store.gate_admit(call, first, "", "0", message=f"again-{first}")
+    assert known and released == []  # held behind the second, with the message it was given
+    assert store.gate_leave(call, [second], final=True) == [(first, f"again-{first}")]
+
+
+def test_an_entry_written_as_json_before_the_upgrade_still_leaves_and_releases(store: RedisStore) -> None:
+    call = gate_of(store, fallback=1)
+    owner = store.keys.gate_owner(OWNER)
+    store.redis.hset(call.key("jobs"), mapping={
+        "old-f": json.dumps({"o": owner, "p": 5, "c": "", "m": 0, "x": "op", "t": "f"}),
+        "old-h": json.dumps({"o": owner, "p": 5, "c": "", "m": 0, "x": "op-h", "t": "h",
+                             "k": f"{owner}:4:{7:013d}:old-h"})})
+    store.redis.zadd(call.key("flight"), {"old-f": 1})
+    store.redis.zadd(call.key("ready"), {f"{owner}:4:{7:013d}:old-h": 0})
+    store.redis.zadd(call.key("ring"), {owner: 0})
+    assert store.gate_leave(call, ["old-f"], final=True) == [("old-h", "op-h")]
+    assert flight(store, call) == {"old-h"} and store.redis.zcard(call.key("ready")) == 0
