@@ -9,6 +9,8 @@ from .access.auth import Principal
 from .config import Settings
 from .errors import TasksBackendError
 from .model.domain import JobRecord, JobState, SubmitOutcome
+from .remote.access import RemoteError
+from .remote.status import RemoteTaskFailed
 from .running.context import ChildFailed, JobContext
 from .running.declared import schedule
 from .running.registry import Concurrency, job
@@ -22,6 +24,8 @@ __all__ = [
     "ChildFailed",
     "Concurrency",
     "JobContext",
+    "RemoteError",
+    "RemoteTaskFailed",
     "job",
     "schedule",
     # using the service in process

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -59,6 +60,19 @@ def _duration(env: Mapping[str, str], name: str, default: float) -> float:
         return parse_duration(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a duration (seconds, or e.g. 30d, 12h, 15m)") from None
+
+
+def _credentials(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """`{"https://agent.example/": "Bearer ..."}` as (prefix, value) pairs; the values are never logged."""
+    if not raw:
+        return ()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise ValueError("TASKS_BACKEND_REMOTE_CREDENTIALS must be a JSON object of URL prefix -> Authorization value")
+    return tuple((str(k), v) for k, v in parsed.items())
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,16 @@ class Settings:
     push_timeout_s: float = 5.0
     #: Webhook POSTs a worker process makes at once (each to a different config).
     push_concurrency: int = 8
+    #: Credentials for other agents' tasks (`ctx.call_tool`, `ctx.send_message`): (URL prefix, `Authorization`
+    #: value) pairs, the longest matching prefix wins; from a JSON object in `TASKS_BACKEND_REMOTE_CREDENTIALS`.
+    remote_credentials: tuple[tuple[str, str], ...] = ()
+    #: One HTTP exchange with a remote MCP server or A2A agent.
+    remote_timeout_s: float = 10.0
+    #: How often to look at a remote task whose remote suggests no interval (A2A agents suggest none).
+    remote_poll_s: float = 2.0
+    #: The URL remote agents reach this deployment's `/v1/remote-push` at; set, A2A messages ask the agent for
+    #: push notifications there, which wake the waiting job at once (polling goes on beside them).
+    remote_push_url: str | None = None
 
     #: How long audit entries are kept (see README, "Audit trail").
     audit_retention_s: float = 30 * 86400.0
@@ -216,6 +240,10 @@ class Settings:
             "push_max_attempts": _int(e, "TASKS_BACKEND_PUSH_MAX_ATTEMPTS", cls.push_max_attempts),
             "push_timeout_s": _float(e, "TASKS_BACKEND_PUSH_TIMEOUT", cls.push_timeout_s),
             "push_concurrency": _int(e, "TASKS_BACKEND_PUSH_CONCURRENCY", cls.push_concurrency),
+            "remote_credentials": _credentials(e.get("TASKS_BACKEND_REMOTE_CREDENTIALS")),
+            "remote_timeout_s": _float(e, "TASKS_BACKEND_REMOTE_TIMEOUT", cls.remote_timeout_s),
+            "remote_poll_s": _float(e, "TASKS_BACKEND_REMOTE_POLL_INTERVAL", cls.remote_poll_s),
+            "remote_push_url": e.get("TASKS_BACKEND_REMOTE_PUSH_URL") or None,
             "ui_secret": e.get("TASKS_BACKEND_UI_SECRET") or None,
             "allowed_origins": tuple(o.strip().rstrip("/") for o in
                                      (e.get("TASKS_BACKEND_ALLOWED_ORIGINS") or "").split(",") if o.strip()),

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "tasks_backend.model": 0, "tasks_backend.errors": 0,
     "tasks_backend.store": 1, "tasks_backend.config": 1,
     "tasks_backend.running": 2, "tasks_backend.push": 2, "tasks_backend.access": 2, "tasks_backend.serving": 2,
+    "tasks_backend.remote": 2,
     "tasks_backend.service": 3,
     "tasks_backend": 4, "tasks_backend.client": 4, "tasks_backend.demo": 4, "tasks_backend.devtools": 4,
     "adapters": 5, "workers": 5,

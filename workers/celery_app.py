@@ -14,7 +14,7 @@ from tasks_backend.running.dispatch import RUN_TASK, celery_config
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.serving.tracing import Tracing
 
-from . import admission, operations, waking
+from . import admission, operations, remote_polling, waking
 from .broker import worker_transport
 from .flower import JobFailedOutcome, celery_outcome
 
@@ -76,6 +76,7 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
         operations.install(app, settings)  # what an application that only submits checks against
         waking.install(app, settings)  # sleepers at their time, parents whose children finished
         admission.install(app, settings)  # this worker's slots, and the pump of held and delayed jobs
+        remote_polling.install(app, settings)  # other agents' tasks that parked jobs wait on
     return app
 
 

@@ -11,7 +11,7 @@ from tasks_backend.model.states import WIRE_STATUS
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
-from . import audit, webhooks
+from . import audit, remote_push, webhooks
 from .operate import FILTER_PARAMETERS, operate_paths
 from .questions import question_paths
 
@@ -181,6 +181,7 @@ def build_spec(runtime: Runtime) -> dict[str, Any]:
         **_schedule_paths([spec.name for spec in runtime.registry]),
         **webhook_paths,
         **audit.PATHS,
+        **remote_push.openapi_paths(_errors("404")),
         "/v1/operations": {"get": {"summary": "Registered operations",
                                    "responses": {"200": {"description": "OK"}, **_errors()}}},
         "/healthz": {"get": {"summary": "Redis and broker reachability", "security": [],

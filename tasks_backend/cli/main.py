@@ -86,6 +86,7 @@ def worker(ctx: click.Context, hand_back_on_stop: bool) -> None:
 @main.command()
 def sweeper() -> None:
     """Run the sweeper loop and the schedules' ticker (both safe to run on several machines)."""
+    from tasks_backend.remote.polling import RemotePoller
     from tasks_backend.service.runtime import build_runtime
 
     stop = threading.Event()
@@ -97,6 +98,8 @@ def sweeper() -> None:
     ticker.start()
     # Waiting jobs are woken at their time by a loop of its own, not at the sweep's pace.
     threading.Thread(target=runtime.waker().run_forever, args=(stop,), name="wake-waiting", daemon=True).start()
+    threading.Thread(target=RemotePoller(runtime.store, runtime.waker(), runtime.settings).run_forever, args=(stop,),
+                     name="poll-remotes", daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         runtime.sweeper().run_forever(stop)
     stop.set()

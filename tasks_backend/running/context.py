@@ -1,5 +1,6 @@
 """The job context (`ctx`): progress, cancellation points, recorded steps, questions, sleeps and child jobs.
 
+Other agents' tasks (`call_tool`, `send_message`) are steps of the same kind: `remote_steps`.
 A job function runs again from the top after every park (a question, a long sleep, a wait for children) and
 after a lost worker: what it recorded (steps, answers, a sleep's end, a spawned child) comes back from the
 record instead of happening again. Parking raises a control-flow exception that the executor turns into the
@@ -27,7 +28,9 @@ from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
 from ..store.outcomes import Standing, Stepped
+from .parking import _Parked, _Suspend
 from .registry import Registry
+from .remote_steps import RemoteSteps
 
 T = TypeVar("T")
 Form = dict[str, Any] | type[Schema] | Schema | None
@@ -52,27 +55,12 @@ class HandedBack(BaseException):
     """Raised at a cancellation point once this worker is stopping: the job goes back to the queue."""
 
 
-class _Parked(BaseException):
-    def __init__(self, requests: dict[str, Any], message: str, wake_in_ms: int | None = None) -> None:
-        self.requests = requests
-        self.message = message
-        #: The earliest deadline among the questions, from now (None: none has one).
-        self.wake_in_ms = wake_in_ms
-
-
 class QuestionTimedOut(Exception):
     """Raised by `ctx.ask` when a question with `on_timeout="fail"` was not answered by its deadline."""
 
     def __init__(self, key: str, deadline: str) -> None:
         self.key, self.deadline = key, deadline
         super().__init__(f"question {key} not answered by {deadline}")
-
-
-class _Suspend(BaseException):
-    """Park the job in `suspended`: until `change.wake_ms`, or until `children` are all finished."""
-
-    def __init__(self, change: Change, look_in_ms: int, children: list[str] | None = None) -> None:
-        self.change, self.look_in_ms, self.children = change, look_in_ms, children or []
 
 
 class ChildFailed(Exception):
@@ -113,7 +101,7 @@ class Lease:
             self.cancelled.set()  # the job is cancelled and this worker fenced out: nothing more is recorded
 
 
-class JobContext:
+class JobContext(RemoteSteps):
     """What a job function gets as `ctx`."""
 
     def __init__(self, executor: Runner, record: JobRecord, token: int, keeper: Lease) -> None:

@@ -31,8 +31,9 @@ from ..store.outcomes import Cancelled, Claimed, Moved
 from ..store.runner import new_request_id
 from .admission import DispatchGate
 from .builtin import BUILTINS
-from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost, _Parked, _Suspend
+from .context import CancellationRequested, HandedBack, JobContext, Lease, LeaseLost
 from .dispatch import Dispatcher
+from .parking import _Parked, _Suspend
 from .registry import JobSpec, Registry
 from .stats import JobStats
 from .waking import Waker

@@ -1,5 +1,5 @@
 """What a cancel means for child jobs: a cancelled job's unfinished children are cancelled too, and a cancelled
-child's parent may be waiting for it."""
+child's parent may be waiting for it. Its unfinished remote tasks are cancelled by the remote poller."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ def after_cancel(store: RedisStore, waker: Waker, record: JobRecord) -> None:
     for it. (A child this misses, as the process died, is cancelled when a worker next picks it up, see
     `Executor.run`; a parent this misses is woken by the wake schedule within seconds.)"""
     cancel_children(store, record.owner, record.id)
+    with contextlib.suppress(StoreUnavailable):
+        if store.open_remotes(record.id):  # the remote poller cancels them now (and again later should this fail)
+            store.watch_remote(record.id, 0)
     if record.parent_id is not None:
         with contextlib.suppress(StoreUnavailable):
             waker.check_parent(record.parent_id)

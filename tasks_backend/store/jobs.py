@@ -26,6 +26,7 @@ from .keys import Keys
 from .operate import OperateStore
 from .outcomes import Answered, Cancelled, Claimed, Moved, Standing, Stepped
 from .questions import QuestionIndex
+from .remotes import RemoteWatch
 from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
 from .sweeps import SweepSchedule
@@ -43,7 +44,8 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, OperateStore, QuestionIndex):
+class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, OperateStore, QuestionIndex,
+                 RemoteWatch):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with

@@ -69,6 +69,8 @@ class Keys:
     job_meta = _JobKey("meta")
     #: the job's children, made by its `ctx.spawn` (sorted set: child id -> Redis ms of the spawn)
     children = _JobKey("kids")
+    #: the remote tasks the job created and has not seen end (hash: step name -> reference JSON; `store.remotes`)
+    remote_tasks = _JobKey("remote")
     #: the audit entries about the job (stream; `store.audit`): kept for the audit retention after the last
     audit_job = _JobKey("audit")
 
@@ -136,6 +138,12 @@ class Keys:
     sweep = _SystemKey("sweep")  #: jobs the sweeper must look at, scored by when (ms)
     #: waiting jobs to look at again (`running.waking`): a sleeper at its time, a parent now and then (ms)
     wake = _SystemKey("wake")
+    #: jobs waiting on other agents' tasks (`remote.polling`), scored by when to look at the remote next (Redis ms);
+    #: renewed at the TTL ceiling on every write
+    remote_due = _SystemKey("remote:due")
+    #: the key that signs the tokens remote agents send with their push notifications (`remote.push`); renewed to
+    #: the TTL ceiling whenever a token is made, so it outlives every job that may still be sent one
+    remote_push_key = _SystemKey("remote:pushkey")
     #: jobs with push subscriptions whose feed a worker must look at, scored by when (ms)
     push_due = _SystemKey("push:due")
     #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at

@@ -38,9 +38,11 @@ def test_the_codes_each_protocol_answers_with() -> None:
 def test_the_app_serves_every_adapter_module() -> None:
     names = {a.name for a in protocol.registered()}
     assert names == {"http", "mcp", "a2a", "observability", "openapi", "operate", "schedules", "ui", "audit",
-                     "webhook", "questions"}
+                     "webhook", "questions", "remote_push"}
     assert protocol.rpc_codes() == {"/mcp": mcp_shared.CODES, "/a2a": a2a.CODES}
-    assert protocol.public_paths() == {"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json"}
+    # `/v1/remote-push` is known by the token a job gave the remote agent, not by a bearer token.
+    assert protocol.public_paths() == {"/healthz", "/readyz", "/openapi.json", "/.well-known/agent-card.json",
+                                       "/v1/remote-push"}
 
 
 ECHO = '''

@@ -128,6 +128,15 @@ def one_life(runtime: Runtime) -> None:
     store.index_child(job_id, waiter)
     _, woken = store.due_to_wake(100)
     store.settle_wakes([(i, score, None) for i, score in woken if i == waiter])
+    # The waiter delegates to a remote agent: its task's reference, the remote schedule, the push key.
+    store.remember_remote(waiter, "remote:0", {"protocol": "a2a", "url": "https://agent.example/a2a", "taskId": "t"},
+                          0)
+    assert [step for step, _ in store.open_remotes(waiter)] == ["remote:0"]
+    _, polled = store.due_remotes(100)
+    store.settle_remotes([(i, score, None) for i, score in polled if i == waiter])
+    store.watch_remote(waiter, 60_000)
+    assert store.remote_push_key()
+    store.forget_remote(waiter, "remote:0")
     if not is_cluster(runtime):
         queue, third = f"slots-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
         push = ListPush(queue, "message", f"{queue}:pushes", 60_000)
