@@ -9,8 +9,6 @@ the other, in the same run; results go to bench/results/<time>-replicas/.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import os
 import secrets
@@ -32,7 +30,7 @@ from . import procs
 from .load import Load, Run
 from .measures import Row, fixed, median, paired, percentile, warm
 from .report import save
-from .run import FULL, QUICK, ROOT, WEB_WORKERS, machine
+from .run import ROOT, WEB_WORKERS, machine, side_run
 
 SIDES = {"wait": "1", "nowait": "0"}
 
@@ -72,16 +70,9 @@ def interleaved(name: str, wait: Callable[[], object], nowait: Callable[[], obje
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="short runs: under a minute")
-    args = parser.parse_args(argv)
-    # Nine short pairs, not three long ones: a pair taken while a neighbour's burst holds the CPU would shift a
-    # median of three.
-    plan = QUICK if args.quick else dataclasses.replace(FULL, reps=9, seconds=3)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    logs = ROOT / "bench" / "results" / f"{stamp}-replicas"
-    (logs / "primary").mkdir(parents=True)
-    started = time.monotonic()
+    side = side_run(argv, __doc__, "replicas")
+    plan, logs = side.plan, side.logs
+    (logs / "primary").mkdir()
     primary = EmbeddedRedis(appendonly=True, data_dir=str(logs / "primary")).start()
     replica = start_replica(primary.port, logs / "replica")
     token = secrets.token_urlsafe(16)
@@ -112,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             client.delete(queue)  # no worker runs them: keep the queue from growing across runs
             return run
 
-        pairs = 300 if args.quick else 3000
+        pairs = 300 if side.quick else 3000
         services = {side: build_runtime(Settings.from_env({**env, "TASKS_BACKEND_SUBMIT_REPLICAS": r})).service
                     for side, r in SIDES.items()}
         rows.append(interleaved("submit round trip, one caller in process",
@@ -137,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         replica.terminate()
         replica.wait(10)
         primary.stop()
-    header = (f"tasks-backend WAIT 1 on submit, {'quick' if args.quick else 'full'} run {stamp}, "
-              f"{time.monotonic() - started:.0f} s; {machine()}")
+    header = f"tasks-backend WAIT 1 on submit, {side.named()}; {machine()}"
     save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0

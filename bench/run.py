@@ -49,6 +49,34 @@ FULL = Plan(seconds=10, reps=3, connections=32, threads=2, flow_connections=16, 
             runner_jobs=10_000, runner_reps=3, latency_jobs=200, small_handles=10_000, large_handles=1_000_000)
 
 
+@dataclasses.dataclass(frozen=True)
+class SideRun:
+    """A side bench's run: its plan, its results folder, when it started (monotonic) and how it is named."""
+
+    plan: Plan
+    logs: Path
+    started: float
+    quick: bool
+    stamp: str
+
+    def named(self) -> str:
+        """`quick run <stamp>` or `full run <stamp>`, and how long it took so far."""
+        return f"{'quick' if self.quick else 'full'} run {self.stamp}, {time.monotonic() - self.started:.0f} s"
+
+
+def side_run(argv: list[str] | None, description: str | None, name: str) -> SideRun:
+    """A side bench's start: `--quick`, or nine short pairs (a pair taken while a neighbour's burst holds the
+    CPU would shift a median of three)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="short runs: under a minute")
+    args = parser.parse_args(argv)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logs = ROOT / "bench" / "results" / f"{stamp}-{name}"
+    logs.mkdir(parents=True)
+    plan = QUICK if args.quick else dataclasses.replace(FULL, reps=9, seconds=3)
+    return SideRun(plan, logs, time.monotonic(), args.quick, stamp)
+
+
 def rpc(method: str, params: dict[str, Any]) -> str:
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": MCP_META}})
 

@@ -9,13 +9,10 @@ the other, in the same run (target for submits: >= 0.8x). Results go to bench/re
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import os
 import secrets
 import sys
-import time
 
 import httpx
 import redis
@@ -28,21 +25,15 @@ from . import procs
 from .load import Load, Run
 from .measures import Row, fixed, paired, warm
 from .report import save
-from .run import FULL, QUICK, ROOT, WEB_WORKERS, machine
+from .run import ROOT, WEB_WORKERS, machine, side_run
 
 #: The submit target: traced submits keep at least this share of untraced ones' rate.
 MINIMUM = 0.8
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="short runs: under a minute")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else dataclasses.replace(FULL, reps=9, seconds=3)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    logs = ROOT / "bench" / "results" / f"{stamp}-tracing"
-    logs.mkdir(parents=True)
-    started = time.monotonic()
+    side = side_run(argv, __doc__, "tracing")
+    plan, logs = side.plan, side.logs
     server = EmbeddedRedis().start()
     receiver = OtlpReceiver(decode=False)
     token = secrets.token_urlsafe(16)
@@ -102,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         receiver.close()
         server.stop()
     header = (f"tasks-backend traces on (every request sampled, exported to a local receiver) vs off, "
-              f"{'quick' if args.quick else 'full'} run {stamp}, {time.monotonic() - started:.0f} s; {machine()}")
+              f"{side.named()}; {machine()}")
     save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0 if all(r.passed is not False for r in rows) else 1

@@ -13,8 +13,9 @@ import logging
 import threading
 
 from ..config import Settings
-from ..errors import ServiceUnavailable, TasksBackendError
+from ..errors import TasksBackendError
 from ..model.domain import JobState
+from ..running.loops import repeat
 from ..running.waking import Waker
 from ..store.jobs import RedisStore
 from ..store.remotes import DONE
@@ -88,14 +89,10 @@ class RemotePoller:
 
     def run_forever(self, stop: threading.Event) -> None:
         try:
-            while not stop.is_set():
-                try:
-                    self.poll_due()
-                except ServiceUnavailable as exc:
-                    log.warning("remote poll skipped: Redis or the broker is unreachable (%r)", exc.__cause__)
-                except Exception:
-                    log.exception("remote poll failed")
-                stop.wait(INTERVAL_S)
+            def one_pass() -> None:
+                self.poll_due()
+
+            repeat(stop, one_pass, every_s=INTERVAL_S, name="remote poll", logger=log)
         finally:
             with contextlib.suppress(Exception):
                 self.remotes.close()

@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import ServiceUnavailable
 from ..model.schedules import Schedule, plan
 from ..store.schedules import ScheduleStore
+from .loops import repeat
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +101,4 @@ class Ticker:
         return min(max((last.next_due_ms - last.now_ms) / 1000, 0.0), self.max_wait_s)
 
     def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            delay = self.max_wait_s
-            try:
-                delay = self.wait_s(self.tick_once())
-            except ServiceUnavailable:
-                log.warning("tick skipped: Redis is unreachable")
-            except Exception:
-                log.exception("tick failed")
-            stop.wait(delay)
+        repeat(stop, lambda: self.wait_s(self.tick_once()), every_s=self.max_wait_s, name="tick", logger=log)

@@ -17,7 +17,6 @@ import logging
 import threading
 
 from ..config import Settings
-from ..errors import ServiceUnavailable
 from ..model.domain import JobState
 from ..model.questions import TIMEOUT_ACTION, deadline_ms
 from ..store.jobs import RedisStore
@@ -25,6 +24,7 @@ from ..store.outcomes import Answered, Woken
 from .admission import DispatchGate
 from .context import CHILDREN_CHECK_MS
 from .dispatch import Dispatcher
+from .loops import repeat
 
 log = logging.getLogger(__name__)
 #: How often `run_forever` looks for sleepers whose time came (seconds).
@@ -109,11 +109,7 @@ class Waker:
         return min(later) if later else None
 
     def run_forever(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                self.wake_due()
-            except ServiceUnavailable as exc:
-                log.warning("wake pass skipped: Redis or the broker is unreachable (%r)", exc.__cause__)
-            except Exception:
-                log.exception("wake pass failed")
-            stop.wait(WAKE_INTERVAL_S)
+        def one_pass() -> None:
+            self.wake_due()
+
+        repeat(stop, one_pass, every_s=WAKE_INTERVAL_S, name="wake pass", logger=log)

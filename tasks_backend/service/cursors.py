@@ -12,6 +12,7 @@ import base64
 import binascii
 import math
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import BadRequest
@@ -79,3 +80,17 @@ def decode_recent(cursor: str) -> tuple[int, int, str]:
         return -int(updated), -int(created), job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
         raise BadRequest("The cursor is not valid.") from exc
+
+
+def page_of(found: Iterable[tuple[float, JobRecord]], limit: int) -> tuple[list[JobRecord], str | None]:
+    """The first `limit` of `found` (index score, record), newest first, and the cursor after them: handed out
+    only when one more was found, so that the last page never points at an empty one."""
+    out: list[JobRecord] = []
+    last: tuple[float, str] | None = None
+    for score, record in found:
+        if len(out) == limit:
+            assert last is not None
+            return out, encode_cursor(*last)
+        out.append(record)
+        last = (score, record.id)
+    return out, None

@@ -13,7 +13,7 @@ from collections.abc import Generator
 from ..access.auth import Principal
 from ..errors import BadRequest
 from ..model.domain import JobRecord
-from .cursors import decode_cursor, encode_cursor
+from .cursors import decode_cursor, page_of
 from .filters import ALL_OWNERS, JobFilter
 from .reads import MAX_PAGE, JobReads, as_principal
 
@@ -29,17 +29,9 @@ class FilteredReads(JobReads):
         if not 1 <= limit <= MAX_PAGE:
             raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
         position = decode_cursor(cursor) if cursor else None
-        out: list[JobRecord] = []
-        last: tuple[float, str] | None = None
         # One more than a page (at least 50), so that a full page usually also tells whether another follows.
         with contextlib.closing(self._matches(principal, flt, position, max(limit + 1, 50))) as found:
-            for score, record in found:
-                if len(out) == limit:
-                    assert last is not None
-                    return out, encode_cursor(*last)
-                out.append(record)
-                last = (score, record.id)
-        return out, None
+            return page_of(found, limit)
 
     def matching_ids(self, who: Principal | str, flt: JobFilter, cap: int) -> list[str]:
         """The ids of up to `cap` jobs `flt` matches that the caller may see, newest first."""

@@ -12,7 +12,7 @@ from ..errors import BadRequest, JobNotFound
 from ..model.domain import JobRecord
 from ..model.states import STATES_FOR_STATUS
 from ..store.jobs import RedisStore
-from .cursors import decode_cursor, decode_recent, encode_cursor, encode_recent, recency, valid_id
+from .cursors import decode_cursor, decode_recent, encode_recent, page_of, recency, valid_id
 
 MAX_PAGE = 200
 
@@ -61,20 +61,11 @@ class JobReads:
             raise BadRequest(f"The limit must be between 1 and {MAX_PAGE}.")
         wanted = STATES_FOR_STATUS[status] if status else None
         position = decode_cursor(cursor) if cursor else None
-        out: list[JobRecord] = []
-        last: tuple[float, str] | None = None
         # One more than a page, so that a full page usually also tells whether another follows.
         with contextlib.closing(self._pages(principal.name, position, max(limit + 1, 50), parent)) as pages:
-            for page in pages:
-                for score, record in self._live(principal.name, page, where):
-                    if wanted is not None and record.state not in wanted:
-                        continue
-                    if len(out) == limit:
-                        assert last is not None
-                        return out, encode_cursor(*last)
-                    out.append(record)
-                    last = (score, record.id)
-        return out, None
+            found = ((score, record) for page in pages for score, record in self._live(principal.name, page, where)
+                     if wanted is None or record.state in wanted)
+            return page_of(found, limit)
 
     def count(self, who: Principal | str, *, where: Selector | None = None) -> int:
         """How many of the caller's jobs there are, or how many of them `where` keeps.

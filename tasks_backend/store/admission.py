@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .connect import redis_errors
-from .keys import GATE_PARTS, Keys
+from .keys import GATE_PARTS
 from .outcomes import Moved
-from .runner import ScriptRunner
+from .part import StorePart
 
 #: (released job id, its message or operation) pairs, for the caller to publish.
 Released = list[tuple[str, str]]
@@ -75,12 +75,8 @@ def pairs(flat: Sequence[Any]) -> Released:
     return [(str(flat[i]), str(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
 
 
-class AdmissionStore:
+class AdmissionStore(StorePart):
     """The gate's scripts."""
-
-    redis: Any
-    keys: Keys
-    scripts: ScriptRunner
 
     def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *, leave_first: bool = False,
                    message: str = "") -> tuple[bool, Released]:

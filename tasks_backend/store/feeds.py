@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model.domain import JobState
 from .connect import redis_errors
-from .keys import Keys
+from .part import StorePart
 
 #: How often a reader of several jobs' feeds on a Redis Cluster looks for new entries (see `events_many`).
 CLUSTER_POLL_S = 0.5
@@ -37,11 +37,9 @@ def event(entry_id: str, f: Mapping[str, str]) -> Event:
                  float(f["d"]) if "d" in f else None, float(f["t"]) if "t" in f else None)
 
 
-class FeedReads:
+class FeedReads(StorePart):
     """The feed reads of the job store."""
 
-    redis: Any
-    keys: Keys
     #: One Redis, not a Cluster: one XREAD may name feeds of any slot.
     single: bool
 

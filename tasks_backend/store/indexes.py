@@ -7,17 +7,13 @@ by creation time, read newest first from a (score, id) cursor.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
+from .part import StorePart
 
 
-class IndexPages:
+class IndexPages(StorePart):
     """The listing side of the job store."""
-
-    redis: Any
-    keys: Keys
 
     def owner_page(self, owner: str, before: tuple[float, str] | None, count: int) -> list[tuple[str, float]]:
         """Up to `count` (id, index score) of an owner's jobs, newest first, strictly after the cursor."""

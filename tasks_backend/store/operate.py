@@ -8,16 +8,12 @@ slots). The original is finished, so its steps no longer change while they are r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
+from .part import StorePart
 
 
-class OperateStore:
-    redis: Any
-    keys: Keys
-
+class OperateStore(StorePart):
     def owner_indexes(self) -> list[str]:
         """The index key of every owner that has one: SCAN over the keyspace (every node of a Cluster), O(keys).
         Only operators' and admins' listings across owners pay it."""

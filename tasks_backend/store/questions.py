@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
-from .runner import ScriptRunner, new_request_id
+from .part import StorePart
+from .runner import new_request_id
 
 
 def token_digest(token: str) -> str:
@@ -31,13 +30,9 @@ class LinkUse:
     link_id: str = ""
 
 
-class QuestionIndex:
+class QuestionIndex(StorePart):
     """The question side of the job store."""
 
-    redis: Any
-    keys: Keys
-    scripts: ScriptRunner
-    max_ttl_ms: int
     now_ms: Callable[[], int]  # `Waits`
 
     def note_asked(self, job_id: str, addressees: Sequence[str], at_ms: int) -> None:

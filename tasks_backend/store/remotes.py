@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
-from .runner import ScriptRunner
+from .part import StorePart
 
 #: The suffix of the step that records how a remote task ended.
 DONE = ":done"
 
 
-class RemoteWatch:
-    redis: Any
-    keys: Keys
-    scripts: ScriptRunner
-    max_ttl_ms: int
-    _run: Callable[..., list[Any]]
-    _eval: Callable[..., None]
-    _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
-
+class RemoteWatch(StorePart):
     def remember_remote(self, job_id: str, step: str, ref: dict[str, Any], look_in_ms: int) -> None:
         """Keep the reference of a remote task the job just created, and look at it `look_in_ms` from now."""
         def build(p: Any) -> None:

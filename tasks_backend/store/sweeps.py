@@ -6,24 +6,17 @@ Rule: part of the job store (`RedisStore` schedules through `SweepSchedule`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .connect import redis_errors
-from .keys import Keys
 from .outcomes import Swept
-from .runner import ScriptRunner, new_request_id
+from .part import StorePart
+from .runner import new_request_id
 
 
-class SweepSchedule:
+class SweepSchedule(StorePart):
     """The sweeper's side of the job store."""
-
-    redis: Any
-    keys: Keys
-    scripts: ScriptRunner
-    _run: Callable[..., list[Any]]
-    _eval: Callable[..., None]
-    _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
 
     def tracked(self) -> int:
         """How many jobs the sweeper watches (queued or running ones, each on the sweep schedule)."""

@@ -7,16 +7,16 @@ different jobs in different Cluster slots: no script here touches two jobs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..model.domain import JobState
 from .connect import redis_errors
 from .fields import STATE, TOKEN, Change
-from .keys import Keys
 from .outcomes import Moved, Woken
-from .runner import ScriptRunner, new_request_id
+from .part import StorePart
+from .runner import new_request_id
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,8 @@ class Waiting:
     children: list[str]
 
 
-class Waits:
+class Waits(StorePart):
     """The waiting side of the job store."""
-
-    redis: Any
-    keys: Keys
-    scripts: ScriptRunner
-    max_ttl_ms: int
-    _run: Callable[..., list[Any]]
-    _eval: Callable[..., None]
-    _schedule_in: Callable[[Any, str, Sequence[tuple[str, int]]], None]
 
     def now_ms(self) -> int:
         """Redis's clock, in ms: the one clock every process compares times by."""

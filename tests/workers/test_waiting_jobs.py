@@ -9,59 +9,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tasks_backend.config import Settings
 from tasks_backend.model.domain import JobState
-from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import ALICE, Serve, make_settings, wait_until
-from tests.support.procs import Proc, sweeper_process, worker_process
-
-
-class Deployment:
-    """Worker and sweeper processes, the app over real HTTP, and a runtime to look at the store with."""
-
-    def __init__(self, settings: Settings, tmp: Path, serve: Serve) -> None:
-        self.settings, self.tmp = settings, tmp
-        self.runtime: Runtime = build_runtime(settings)
-        self.http = httpx.Client(base_url=serve(settings), headers=ALICE, timeout=10)
-        self.procs: list[Proc] = []
-
-    def worker(self, name: str, concurrency: int) -> Proc:
-        self.procs.append(proc := worker_process(self.settings, self.tmp / f"{name}.log", concurrency=concurrency))
-        return proc
-
-    def sweeper(self) -> Proc:
-        self.procs.append(proc := sweeper_process(self.settings, self.tmp / "sweeper.log"))
-        return proc
-
-    def submit(self, operation: str, params: dict[str, Any]) -> str:
-        response = self.http.post("/v1/jobs", json={"operation": operation, "params": params})
-        assert response.status_code == 202, response.text
-        return str(response.json()["taskId"])
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self.http.get(f"/v1/jobs/{job_id}").json())
-
-    def state(self, job_id: str) -> JobState | None:
-        record = self.runtime.store.get(job_id)
-        return None if record is None else record.state
+from tests.conftest import Serve, make_settings, wait_until
+from tests.support.deployment import Deployment
 
 
 @pytest.fixture
 def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
     d = Deployment(make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2), tmp_path, serve)
+    failed = True
     try:
         yield d
-    except BaseException:
-        for proc in d.procs:
-            print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
-        raise
+        failed = False
     finally:
-        for proc in d.procs:
-            proc.stop()
-        d.http.close()
+        d.close(show_logs=failed)
 
 
 def test_twenty_sleepers_hold_none_of_two_worker_slots(deployment: Deployment, tmp_path: Path) -> None:
