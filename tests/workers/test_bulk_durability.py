@@ -57,7 +57,8 @@ def procs() -> Iterator[list[Proc]]:
             print(f"--- {p.log_path.name}\n{p.output()[-3000:]}")
         raise
     finally:
-        for p in started:
+        for p in started:  # the test is over: nothing is left to hand back, so no graceful stop is waited for
+            p.kill_group(signal.SIGKILL)
             p.stop()
 
 

@@ -18,7 +18,7 @@ from tasks_backend.model.domain import JobState
 from tests.conftest import Serve, wait_until
 from tests.support.procs import ROOT, Proc, wait_for_http
 from tests.support.remote_peers import Proxy
-from tests.tasks_backend.remote.conftest import Deployment, remote_settings
+from tests.tasks_backend.remote.conftest import RemoteDeployment, remote_settings
 
 pytest.importorskip("a2a.server.tasks.database_task_store")
 pytest.importorskip("aiosqlite")
@@ -62,7 +62,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     a.proc.stop()
 
 
-def test_a_message_to_the_agent_comes_back_as_the_result(deployment: Deployment, agent: Agent) -> None:
+def test_a_message_to_the_agent_comes_back_as_the_result(deployment: RemoteDeployment, agent: Agent) -> None:
     deployment.worker("w", concurrency=1)
     done = deployment.submit("test.remote_message", {"url": agent.url, "message": "work 1"})
     failed = deployment.submit("test.remote_message", {"url": agent.url, "message": "fail no stock"})
@@ -73,7 +73,7 @@ def test_a_message_to_the_agent_comes_back_as_the_result(deployment: Deployment,
     assert agent.tasks_made() == 2
 
 
-def test_cancelling_the_job_cancels_the_agents_task(deployment: Deployment, agent: Agent) -> None:
+def test_cancelling_the_job_cancels_the_agents_task(deployment: RemoteDeployment, agent: Agent) -> None:
     deployment.worker("w")
     job = deployment.submit("test.remote_message", {"url": agent.url, "message": "work 120"})
     wait_until(lambda: deployment.state(job) is JobState.SUSPENDED, 20, interval=0.1, message="the job to park")
@@ -83,7 +83,8 @@ def test_cancelling_the_job_cancels_the_agents_task(deployment: Deployment, agen
                message="the agent's task to be cancelled")
 
 
-def test_the_agents_question_is_answered_across_a_restart_of_the_agent(deployment: Deployment, agent: Agent) -> None:
+def test_the_agents_question_is_answered_across_a_restart_of_the_agent(deployment: RemoteDeployment,
+                                                                       agent: Agent) -> None:
     deployment.worker("w")
     job = deployment.submit("test.remote_message", {"url": agent.url, "message": "ask"})
     wait_until(lambda: deployment.state(job) is JobState.INPUT_REQUIRED, 30, interval=0.1,
@@ -98,7 +99,7 @@ def test_the_agents_question_is_answered_across_a_restart_of_the_agent(deploymen
     assert agent.tasks_made() == 1
 
 
-def test_an_agent_that_does_not_deduplicate_gets_the_create_at_most_twice(deployment: Deployment,
+def test_an_agent_that_does_not_deduplicate_gets_the_create_at_most_twice(deployment: RemoteDeployment,
                                                                            agent: Agent) -> None:
     proxy = Proxy(f"http://127.0.0.1:{agent.port}")
     try:
@@ -118,7 +119,7 @@ def test_an_agent_that_does_not_deduplicate_gets_the_create_at_most_twice(deploy
 def test_the_agents_push_notification_wakes_the_job_before_any_poll(redis_base: str, tmp_path: Path, serve: Serve,
                                                                      agent: Agent) -> None:
     # Polling once a minute: the job comes back within seconds only if the agent's push woke it.
-    d = Deployment(remote_settings(redis_base, remote_poll_s=60.0), tmp_path, serve)
+    d = RemoteDeployment(remote_settings(redis_base, remote_poll_s=60.0), tmp_path, serve)
     try:
         d.worker("w", TASKS_BACKEND_REMOTE_PUSH_URL=d.url + "/v1/remote-push", TASKS_BACKEND_REMOTE_POLL_INTERVAL="60")
         job = d.submit("test.remote_message", {"url": agent.url, "message": "work 2"})

@@ -18,7 +18,7 @@ from tasks_backend.model.domain import JobState
 from tasks_backend.remote.client import Remotes
 from tests.conftest import wait_until
 from tests.support.procs import ROOT, Proc
-from tests.tasks_backend.remote.conftest import Deployment
+from tests.tasks_backend.remote.conftest import RemoteDeployment
 
 VENV = ".venv-mcp26"
 
@@ -70,7 +70,7 @@ def server(tmp_path: Path, redis_base: str) -> Iterator[Server]:
     s.proc.stop()
 
 
-def test_a_tool_run_as_a_task_comes_back_as_the_result(deployment: Deployment, server: Server) -> None:
+def test_a_tool_run_as_a_task_comes_back_as_the_result(deployment: RemoteDeployment, server: Server) -> None:
     deployment.worker("w", concurrency=1)
     done = deployment.submit("test.remote_tool", {"url": server.url, "tool": "crunch", "arguments": {"seconds": 1}})
     failed = deployment.submit("test.remote_tool", {"url": server.url, "tool": "refuse",
@@ -82,7 +82,7 @@ def test_a_tool_run_as_a_task_comes_back_as_the_result(deployment: Deployment, s
     assert sorted(server.tasks_made()) == ["crunch 1.0", "refuse no stock"]
 
 
-def test_cancelling_the_job_cancels_the_servers_task(deployment: Deployment, server: Server) -> None:
+def test_cancelling_the_job_cancels_the_servers_task(deployment: RemoteDeployment, server: Server) -> None:
     deployment.worker("w")
     job = deployment.submit("test.remote_tool", {"url": server.url, "tool": "crunch", "arguments": {"seconds": 120}})
     wait_until(lambda: deployment.state(job) is JobState.SUSPENDED, 20, interval=0.1, message="the job to park")
@@ -94,7 +94,7 @@ def test_cancelling_the_job_cancels_the_servers_task(deployment: Deployment, ser
     assert deployment.runtime.store.open_remotes(job) == []
 
 
-def test_a_tool_that_asks_gets_the_owners_answer_across_a_server_restart(deployment: Deployment,
+def test_a_tool_that_asks_gets_the_owners_answer_across_a_server_restart(deployment: RemoteDeployment,
                                                                          server: Server) -> None:
     deployment.worker("w")
     job = deployment.submit("test.remote_tool", {"url": server.url, "tool": "approve", "arguments": {"item": "A-1"}})

@@ -13,10 +13,10 @@ import pytest
 from tasks_backend.model.domain import JobState
 from tests.conftest import wait_until
 from tests.support.remote_peers import Proxy
-from tests.tasks_backend.remote.conftest import Deployment
+from tests.tasks_backend.remote.conftest import RemoteDeployment
 
 
-def test_a_tool_over_mcp_and_a_message_over_a2a_come_back_as_results(deployment: Deployment) -> None:
+def test_a_tool_over_mcp_and_a_message_over_a2a_come_back_as_results(deployment: RemoteDeployment) -> None:
     deployment.worker("w", concurrency=1)
     tool = deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "demo.sleep",
                                                   "arguments": {"seconds": 1, "steps": 2}})
@@ -35,7 +35,7 @@ def test_a_tool_over_mcp_and_a_message_over_a2a_come_back_as_results(deployment:
     ("test.remote_tool", "/mcp", {"tool": "demo.fail", "arguments": {"message": "no stock"}}),
     ("test.remote_message", "/a2a", {"message": {"operation": "demo.fail", "params": {"message": "no stock"}}}),
 ])
-def test_a_remote_failure_raises_remote_task_failed(deployment: Deployment, operation: str, url_path: str,
+def test_a_remote_failure_raises_remote_task_failed(deployment: RemoteDeployment, operation: str, url_path: str,
                                                     params: dict[str, Any]) -> None:
     deployment.worker("w")
     failed = deployment.submit(operation, {"url": deployment.url + url_path, **params})
@@ -46,7 +46,7 @@ def test_a_remote_failure_raises_remote_task_failed(deployment: Deployment, oper
     assert deployment.finished(caught)["result"]["failed"] == "failed"
 
 
-def test_an_unknown_tool_is_a_rejected_remote_task(deployment: Deployment) -> None:
+def test_an_unknown_tool_is_a_rejected_remote_task(deployment: RemoteDeployment) -> None:
     deployment.worker("w")
     job = deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "no.such", "catch": True})
     assert deployment.finished(job)["result"]["failed"] == "rejected"
@@ -56,7 +56,7 @@ def test_an_unknown_tool_is_a_rejected_remote_task(deployment: Deployment) -> No
     ("test.remote_tool", "/mcp", {"tool": "demo.sleep", "arguments": {"seconds": 120, "steps": 120}}),
     ("test.remote_message", "/a2a", {"message": {"operation": "demo.sleep", "params": {"seconds": 120, "steps": 120}}}),
 ])
-def test_cancelling_the_job_cancels_the_remote_task(deployment: Deployment, operation: str, url_path: str,
+def test_cancelling_the_job_cancels_the_remote_task(deployment: RemoteDeployment, operation: str, url_path: str,
                                                     params: dict[str, Any]) -> None:
     deployment.worker("w")
     job = deployment.submit(operation, {"url": deployment.url + url_path, **params})
@@ -74,7 +74,7 @@ def test_cancelling_the_job_cancels_the_remote_task(deployment: Deployment, oper
                                                                                       "amount": 5}}}),
 ])
 def test_a_remote_question_is_asked_of_the_owner_and_the_answer_sent_back(
-        deployment: Deployment, operation: str, url_path: str, params: dict[str, Any]) -> None:
+        deployment: RemoteDeployment, operation: str, url_path: str, params: dict[str, Any]) -> None:
     deployment.worker("w")
     job = deployment.submit(operation, {"url": deployment.url + url_path, **params})
     wait_until(lambda: deployment.state(job) is JobState.INPUT_REQUIRED, 30, interval=0.1,
@@ -94,7 +94,7 @@ def test_a_remote_question_is_asked_of_the_owner_and_the_answer_sent_back(
     ("test.remote_message", "/a2a", {"message": {"operation": "demo.sleep", "params": {"seconds": 1, "steps": 2}}}),
 ])
 def test_the_remote_task_is_made_once_across_a_sigkill_between_create_and_record(
-        deployment: Deployment, operation: str, url_path: str, params: dict[str, Any]) -> None:
+        deployment: RemoteDeployment, operation: str, url_path: str, params: dict[str, Any]) -> None:
     proxy = Proxy(deployment.url)
     try:
         first = deployment.worker("first", concurrency=1)
@@ -113,7 +113,7 @@ def test_the_remote_task_is_made_once_across_a_sigkill_between_create_and_record
         proxy.close()
 
 
-def test_ten_jobs_waiting_on_remotes_hold_none_of_two_worker_slots(deployment: Deployment) -> None:
+def test_ten_jobs_waiting_on_remotes_hold_none_of_two_worker_slots(deployment: RemoteDeployment) -> None:
     deployment.worker("w", concurrency=2)
     # The remote jobs (bob's) are sleepers that park too: twenty waiting jobs, none of them on a slot.
     waiting = [deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "test.sleeper",
@@ -129,7 +129,7 @@ def test_ten_jobs_waiting_on_remotes_hold_none_of_two_worker_slots(deployment: D
     assert len(deployment.remote_jobs()) == 10
 
 
-def test_a_job_waiting_on_a_remote_survives_a_sigkill_of_its_worker(deployment: Deployment) -> None:
+def test_a_job_waiting_on_a_remote_survives_a_sigkill_of_its_worker(deployment: RemoteDeployment) -> None:
     first = deployment.worker("first", concurrency=2)
     deployment.sweeper()
     job = deployment.submit("test.remote_tool", {"url": deployment.url + "/mcp", "tool": "demo.sleep",
