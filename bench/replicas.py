@@ -70,8 +70,8 @@ def interleaved(name: str, wait: Callable[[], object], nowait: Callable[[], obje
 
 
 def main(argv: list[str] | None = None) -> int:
-    side = side_run(argv, __doc__, "replicas")
-    plan, logs = side.plan, side.logs
+    this = side_run(argv, __doc__, "replicas")
+    plan, logs = this.plan, this.logs
     (logs / "primary").mkdir()
     primary = EmbeddedRedis(appendonly=True, data_dir=str(logs / "primary")).start()
     replica = start_replica(primary.port, logs / "replica")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             client.delete(queue)  # no worker runs them: keep the queue from growing across runs
             return run
 
-        pairs = 300 if side.quick else 3000
+        pairs = 300 if this.quick else 3000
         services = {side: build_runtime(Settings.from_env({**env, "TASKS_BACKEND_SUBMIT_REPLICAS": r})).service
                     for side, r in SIDES.items()}
         rows.append(interleaved("submit round trip, one caller in process",
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         replica.terminate()
         replica.wait(10)
         primary.stop()
-    header = f"tasks-backend WAIT 1 on submit, {side.named()}; {machine()}"
+    header = f"tasks-backend WAIT 1 on submit, {this.named()}; {machine()}"
     save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0

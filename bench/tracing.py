@@ -32,8 +32,8 @@ MINIMUM = 0.8
 
 
 def main(argv: list[str] | None = None) -> int:
-    side = side_run(argv, __doc__, "tracing")
-    plan, logs = side.plan, side.logs
+    this = side_run(argv, __doc__, "tracing")
+    plan, logs = this.plan, this.logs
     server = EmbeddedRedis().start()
     receiver = OtlpReceiver(decode=False)
     token = secrets.token_urlsafe(16)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         receiver.close()
         server.stop()
     header = (f"tasks-backend traces on (every request sampled, exported to a local receiver) vs off, "
-              f"{side.named()}; {machine()}")
+              f"{this.named()}; {machine()}")
     save(logs, header, rows)
     print(f"\nlogs and results: {logs.relative_to(ROOT)}")
     return 0 if all(r.passed is not False for r in rows) else 1
