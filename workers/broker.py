@@ -3,6 +3,8 @@
 - A channel whose connection is gone raises the connection error it is, so that Celery reconnects after
   losing the broker during a BRPOP instead of shutting the worker down (`_WorkerChannel._connparams`).
 - One synchronous client per connection pool, instead of one built for every command (`_create_client`).
+- A message that is not JSON is dropped with a warning instead of stopping the worker (`_brpop_read`, `_get`):
+  the job it stood for, if any, is still queued in the store, whose sweeper publishes it again.
 
 Rule: only the worker uses these, and only for `redis://` and `sentinel://` broker URLs; `rediss://` keeps
 kombu's own (given a transport class, kombu would read the TLS settings from the URL's query alone).
@@ -10,11 +12,16 @@ kombu's own (given a transport class, kombu would read the TLS settings from the
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport.virtual import Empty
+
+log = logging.getLogger(__name__)
 
 
 class _WorkerChannel:
@@ -30,6 +37,20 @@ class _WorkerChannel:
             raise redis.ConnectionError("the broker connection was closed after a connection error")
         return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]
 
+    def _brpop_read(self, **options: Any) -> bool:
+        try:
+            return bool(super()._brpop_read(**options))  # type: ignore[misc]
+        except json.JSONDecodeError:
+            _dropped()
+            return True  # something was read: the poller goes on to its next BRPOP
+
+    def _get(self, queue: str) -> Any:
+        try:
+            return super()._get(queue)  # type: ignore[misc]
+        except json.JSONDecodeError:
+            _dropped()
+            raise Empty() from None
+
     def _create_client(self, asynchronous: bool = False) -> Any:
         """kombu builds a `redis.Redis` per command outside the BRPOP (two per job: the late ack's
         bookkeeping), about 45 us of CPU each; the client holds no state of its own, so one per pool."""
@@ -40,6 +61,10 @@ class _WorkerChannel:
         if client is None or client.connection_pool is not pool:
             client = self._sync_client = super()._create_client()  # type: ignore[misc]
         return client
+
+
+def _dropped() -> None:
+    log.warning("a broker message that is not JSON was dropped (its job, if any, is published again by the sweeper)")
 
 
 class Channel(_WorkerChannel, kombu_redis.Channel):  # type: ignore[misc]

@@ -28,7 +28,7 @@ from ..store.admission import GateCall, GateEntry, GateLeave, Released
 from ..store.admission import entry as gate_entry
 from ..store.jobs import RedisStore
 from ..store.outcomes import Claimed
-from .dispatch import Dispatcher, RedisDispatcher
+from .dispatch import Dispatcher, RedisDispatcher, operation_in
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,15 @@ class DispatchGate:
             log.warning("jobs %s left flight unrecorded: the sweeper will find them", list(job_ids))
 
     def publish(self, released: Released) -> None:
-        """Publish what the gate released (when the broker is the store's Redis it pushed them itself)."""
-        for job_id, operation in released:
+        """Publish what the gate released and did not push itself. Each pair holds what the job's entry kept: its
+        operation, or its broker message when a process whose gate pushes wrote it (the deployment's broker setting
+        changed, or processes differ in it), or '' (dropped: the record names the operation)."""
+        blank = [job_id for job_id, kept in released if not kept]
+        named = dict(zip(blank, self.store.operations_of(blank), strict=True)) if blank else {}
+        for job_id, kept in released:
+            operation = named.get(job_id) if not kept else operation_in(kept)
+            if operation is None:
+                continue  # gone since: nothing to run
             try:
                 self.dispatcher.publish(job_id, operation)
             except DispatchUnavailable:

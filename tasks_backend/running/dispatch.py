@@ -130,6 +130,14 @@ class CeleryDispatcher:
             return False
 
 
+
+def operation_in(kept: str) -> str:
+    """The operation of what the gate kept for a job: a broker message (`RedisDispatcher.message`) names it in its
+    headers; anything else is the operation itself."""
+    if not kept.startswith("{"):
+        return kept
+    return str(json.loads(kept)["headers"]["shadow"])
+
 class RedisDispatcher(CeleryDispatcher):
     """Puts Celery protocol-2 messages straight on the Redis broker list, as kombu's Redis transport does.
 

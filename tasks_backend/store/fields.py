@@ -69,6 +69,7 @@ FIELDS: tuple[Field, ...] = (
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
 OWNER, STATE, TOKEN, CANCELLED_TOKEN, LEASE, WORKER = "owner", "state", "token", "ctok", "lease", "worker"
+OPERATION = "op"
 #: What a claim drops of the hash it read: the last run's message and the sweeper's marks of the last queueing.
 CLAIM_DROPS = ("msg", "mark", "gone")
 
@@ -84,7 +85,7 @@ def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_jso
             rerun_of: str | None = None, checkpointed: bool = False) -> dict[str, str]:
     """The fields a submit writes (state first: the scripts read it from the first pair). `created` and
     `updated` are Redis's time, set by the script."""
-    fields = {STATE: JobState.QUEUED.value, OWNER: owner, "op": operation, "ttl": str(ttl_ms),
+    fields = {STATE: JobState.QUEUED.value, OWNER: owner, OPERATION: operation, "ttl": str(ttl_ms),
               "poll": str(poll_ms), "params": params_json}
     if idempotency_key is not None:
         fields["idem"] = idempotency_key
@@ -121,7 +122,7 @@ def record(job_id: str, raw: Mapping[str, str], queued_ms: int = 0) -> JobRecord
     return JobRecord(
         id=job_id,
         owner=raw[OWNER],
-        operation=raw["op"],
+        operation=raw[OPERATION],
         state=JobState(raw[STATE]),
         created_ms=int(raw["created"]),
         updated_ms=int(raw["updated"]),

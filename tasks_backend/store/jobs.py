@@ -20,7 +20,7 @@ from .admission import AdmissionStore, GateEntry, GateLeave, Released
 from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
-from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OWNER, STATE, TOKEN, Change, record
+from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OPERATION, OWNER, STATE, TOKEN, Change, record
 from .indexes import IndexPages
 from .keys import Keys
 from .operate import OperateStore
@@ -201,6 +201,10 @@ class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, Op
     def owners_of(self, job_ids: Sequence[str]) -> list[str | None]:
         """Each job's owner (None: gone), in one round trip."""
         return [None if o is None else str(o) for o in _field_of_many(self.redis, self.keys, job_ids, OWNER)]
+
+    def operations_of(self, job_ids: Sequence[str]) -> list[str | None]:
+        """Each job's operation (None: gone), in one round trip."""
+        return [None if o is None else str(o) for o in _field_of_many(self.redis, self.keys, job_ids, OPERATION)]
 
     def queue_get(self, pipe: Any, job_id: str) -> Callable[[Any], JobRecord | None]:
         """Read the job in `pipe` (a caller's own round trip or transaction); returns the parser of its reply."""

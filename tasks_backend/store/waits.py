@@ -13,7 +13,7 @@ from typing import Any
 
 from ..model.domain import JobState
 from .connect import redis_errors
-from .fields import STATE, TOKEN, Change
+from .fields import OPERATION, STATE, TOKEN, Change
 from .outcomes import Moved, Woken
 from .part import StorePart
 from .runner import new_request_id
@@ -70,7 +70,7 @@ class Waits(StorePart):
     def waiting_of(self, job_id: str) -> Waiting | None:
         """What the job waits for (None: gone)."""
         with redis_errors():
-            state, token, op, wake, kids = self.redis.hmget(self.keys.job(job_id), [STATE, TOKEN, "op", "wake",
+            state, token, op, wake, kids = self.redis.hmget(self.keys.job(job_id), [STATE, TOKEN, OPERATION, "wake",
                                                                                     "kids"])
         if state is None:
             return None

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import redis
 
-from tests.conftest import make_settings
+from tasks_backend.model.domain import JobState
+from tasks_backend.service.runtime import build_runtime
+from tests.conftest import make_settings, wait_until
+from tests.support.procs import worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
 from workers.broker import SENTINEL_TRANSPORT, TRANSPORT, Channel, SentinelChannel, worker_transport
 from workers.celery_app import create_celery
@@ -70,3 +75,23 @@ def test_the_worker_channel_keeps_one_client_per_connection_pool(redis_base: str
         second = channel._create_client()
         assert second is not first and second.connection_pool is channel.pool and second.ping()
         assert channel._create_client(asynchronous=True) is not second
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_message_that_is_not_json_is_dropped_and_the_worker_runs_on(redis_base: str, tmp_path: Path,
+                                                                      pool: str) -> None:
+    """kombu decodes each message it pops; one that is not JSON ('' or an operation's name) used to end the worker
+    with "Unrecoverable error". It is dropped, and the jobs behind it run."""
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    broker = redis.Redis.from_url(settings.effective_broker_url)
+    broker.lpush(settings.queue, "", "test.noop", "{not json")
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    proc = worker_process(settings, tmp_path / "worker.log", pool=pool)
+    try:
+        wait_until(lambda: runtime.store.get(record.id).state is JobState.COMPLETED,  # type: ignore[union-attr]
+                   timeout=30, message="the job behind the bad messages ran")
+        assert proc.alive()
+        assert "was dropped" in proc.output()
+    finally:
+        proc.stop()

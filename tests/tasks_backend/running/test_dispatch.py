@@ -18,6 +18,7 @@ from tasks_backend.model.domain import SubmitOutcome
 from tasks_backend.running.dispatch import RUN_TASK, CeleryDispatcher, RedisDispatcher
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import build_runtime
+from tests.conftest import make_settings
 
 
 def _pop(client: redis.Redis, queue: str) -> dict[str, Any]:
@@ -118,3 +119,25 @@ def test_a_job_that_loses_its_idempotency_key_is_never_enqueued(settings: Settin
     record, outcome = service.submit("alice", "test.noop", {}, idempotency_key=key)
     assert outcome is SubmitOutcome.CREATED and client.llen(queue) == 1
     assert _pop(client, queue)["headers"]["id"] == record.id
+
+
+def test_the_gate_publishes_what_it_released_by_operation_whatever_the_entry_kept(redis_base: str) -> None:
+    """An entry keeps a broker message (written where the gate pushes itself), an operation, or nothing (dropped):
+    a process that publishes through its dispatcher publishes each as its operation, read from the record when
+    the entry kept nothing; a job gone since is skipped."""
+    from tasks_backend.running.admission import DispatchGate
+
+    s = make_settings(redis_base)
+    queue = s.queue
+    runtime = build_runtime(s)
+    client = redis.Redis.from_url(s.effective_broker_url)
+    dispatcher = RedisDispatcher(s, client, shares_store=False)
+    record, _ = runtime.service.submit("alice", "demo.sleep", {"seconds": 0})
+    client.delete(queue)
+    gate = DispatchGate(runtime.store, dispatcher, s)
+    gate.publish([("job-a", dispatcher.message("job-a", "demo.sleep")), ("job-b", "demo.sleep"), (record.id, ""),
+                  ("gone", "")])
+    published = [_pop(client, queue) for _ in range(3)]
+    assert client.llen(queue) == 0
+    assert [(m["headers"]["id"], m["headers"]["shadow"]) for m in published] == [
+        ("job-a", "demo.sleep"), ("job-b", "demo.sleep"), (record.id, "demo.sleep")]

@@ -112,3 +112,27 @@ def test_an_entry_written_as_json_before_the_upgrade_still_leaves_and_releases(s
     store.redis.zadd(call.key("ring"), {owner: 0})
     assert store.gate_leave(call, ["old-f"], final=True) == [("old-h", "op-h")]
     assert flight(store, call) == {"old-h"} and store.redis.zcard(call.key("ready")) == 0
+
+
+def test_a_gate_that_pushes_itself_pushes_only_broker_messages(store: RedisStore) -> None:
+    """Processes of one deployment may differ in whether their gate pushes (a broker setting that changed, a tool
+    with its own dispatcher): entries that hold an operation, or nothing, are handed back to be published, never
+    pushed onto the queue, where a worker could not decode them."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    keys = tuple(store.keys.gate_keys(queue))
+    kept_by_other = GateCall(1, True, 600_000, keys)
+    pushing = GateCall(1, True, 600_000, keys, (queue, f"{queue}:pushes", ""))
+    message = json.dumps({"body": "", "headers": {"id": "m", "shadow": "test.noop"}})
+    _, first = store.gate_admit(kept_by_other, "a", info(store, "test.noop"), "0")
+    assert first == [("a", "test.noop")]
+    store.gate_admit(kept_by_other, "b", info(store, "test.noop"), "0")  # held, keeping its operation
+    store.gate_admit(pushing, "c", info(store, message), "0")  # held, keeping its message
+    assert store.gate_leave(pushing, ["a"], final=True) == [("b", "test.noop")]
+    assert store.redis.llen(queue) == 0
+    assert store.gate_leave(pushing, ["b"], final=True) == []
+    assert [json.loads(m) for m in store.redis.lrange(queue, 0, -1)] == [json.loads(message)]
+    # A job out of the gate keeps nothing; admitted again with no message, it is handed back with none.
+    store.gate_leave(pushing, ["c"], final=False)
+    known, released = store.gate_admit(pushing, "c", "", "0")
+    assert known and released == [("c", "")]
+    assert store.redis.llen(queue) == 1

@@ -103,7 +103,9 @@ local function gate_release(g, q, cttl, id, info, now, ttl, out, flying, fresh)
     redis.call('HINCRBY', KEYS[g + 8], info.c, 1)
     redis.call('PEXPIRE', KEYS[g + 8], ttl)
   end
-  if q then
+  -- Only a broker message is pushed here: an entry written by a process that publishes through its dispatcher
+  -- holds the operation ('' once dropped), which the caller turns into a message or publishes as it is.
+  if q and string.sub(x, 1, 1) == '{' then
     redis.call('LPUSH', KEYS[q], x)
     redis.call('INCR', KEYS[q + 1])
     if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
