@@ -11,6 +11,7 @@ from tasks_backend.service.audit import ACTIONS, Audit, wire
 from tasks_backend.service.runtime import Runtime
 
 from ..protocol import Adapter
+from .query import page_limit
 
 bp = Blueprint("audit", __name__, url_prefix="/v1")
 ADAPTER = Adapter("audit", bp)
@@ -30,10 +31,7 @@ def list_entries() -> Response:
     if unknown:
         raise BadRequest(f"Unknown query fields: {unknown}.", extra={"errors": {f: ["is not a field of this query"]
                                                                                 for f in unknown}})
-    try:
-        limit = int(request.args.get("limit", "50"))
-    except ValueError as exc:
-        raise BadRequest("`limit` must be an integer.", extra={"errors": {"limit": ["must be an integer"]}}) from exc
+    limit = page_limit()
     entries, cursor = _audit().query(g.principal, job=request.args.get("job") or None,
                                      principal=request.args.get("principal") or None,
                                      since=request.args.get("since") or None,

@@ -20,6 +20,7 @@ from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
 from .. import body, sse
 from ..protocol import Adapter
 from . import webhooks
+from .query import page_limit
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1")
 ADAPTER = Adapter("http", bp)
@@ -96,10 +97,7 @@ def submit_body(service: JobService, principal: Principal, raw: bytes,
 
 @bp.get("/jobs")
 def list_jobs() -> Response:
-    try:
-        limit = int(request.args.get("limit", "50"))
-    except ValueError as exc:
-        raise BadRequest("`limit` must be an integer.") from exc
+    limit = page_limit()
     # Every other query field is a filter (`service.filters`); they combine, and an unknown one is a 400.
     flt = parse_filter({k: v for k, v in request.args.items() if k not in ("limit", "cursor")}, g.principal)
     records, cursor = _service().find(g.principal, flt, limit=limit, cursor=request.args.get("cursor") or None)

@@ -6,12 +6,12 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from tasks_backend.errors import BadRequest
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.service.schedules import ScheduleService
 
 from ..protocol import Adapter
 from .jobs import json_body
+from .query import page_limit
 
 bp = Blueprint("schedules", __name__, url_prefix="/v1")
 ADAPTER = Adapter("schedules", bp)
@@ -35,10 +35,7 @@ def define() -> Response:
 @bp.get("/schedules")
 def list_schedules() -> Response:
     """A page of the caller's schedules, oldest first (`limit`, default 50, and `cursor`, like `GET /v1/jobs`)."""
-    try:
-        limit = int(request.args.get("limit", "50"))
-    except ValueError as exc:
-        raise BadRequest("`limit` must be an integer.") from exc
+    limit = page_limit()
     schedules, cursor = _service().page(g.principal, limit=limit, cursor=request.args.get("cursor") or None)
     return jsonify({"schedules": [s.wire() for s in schedules], "nextCursor": cursor})
 

@@ -14,6 +14,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Quiet(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def empty(self, status: int, content_type: str | None = None) -> None:
+        """An answer with no body."""
+        self.send_response(status)
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A threaded server on a free loopback port, serving from a daemon thread."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 class Receiver:
     """Records each POST: `calls` as (headers, body), `raw` as (headers, the body's bytes, for checking a
     signature) and `arrivals` as (monotonic time, body); the first `fail_first` attempts get a 500 and only
@@ -29,7 +49,7 @@ class Receiver:
         self.lock = threading.Lock()
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Quiet):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.lock:
@@ -42,15 +62,9 @@ class Receiver:
                         receiver.calls.append((dict(self.headers.items()), decoded))
                         receiver.raw.append((dict(self.headers.items()), body))
                         receiver.arrivals.append((time.monotonic(), decoded))
-                self.send_response(500 if failing else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self.empty(500 if failing else 200)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = _serve(Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
 
     def bodies(self) -> list[dict[str, Any]]:
@@ -133,28 +147,21 @@ class OtlpReceiver:
         self.lock = threading.Lock()
         receiver = self
 
-        class OtlpHandler(BaseHTTPRequestHandler):
+        class OtlpHandler(_Quiet):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.path != "/v1/traces":
-                    self.send_response(404)
-                else:
-                    if self.headers.get("Content-Encoding") == "gzip":
-                        body = gzip.decompress(body)
-                    spans = _decode(body) if decode else []
-                    with receiver.lock:
-                        receiver.requests += 1
-                        receiver.received.extend(spans)
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                    self.empty(404, "application/x-protobuf")
+                    return
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                spans = _decode(body) if decode else []
+                with receiver.lock:
+                    receiver.requests += 1
+                    receiver.received.extend(spans)
+                self.empty(200, "application/x-protobuf")
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), OtlpHandler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = _serve(OtlpHandler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
 
     def spans(self) -> list[ReceivedSpan]:
