@@ -17,11 +17,10 @@ from typing import Any
 from werkzeug.datastructures import EnvironHeaders
 
 from tasks_backend.access.auth import Principal
-from tasks_backend.errors import JobNotFound
 from tasks_backend.service.runtime import Runtime
 
 from .a2a import endpoint as a2a
-from .http.jobs import handle_body, submit_body
+from .http.jobs import submit_body, view_body
 from .mcp import endpoint as mcp
 from .mcp.shared import Stream
 
@@ -64,11 +63,7 @@ class FastRoutes:
             return None
         method, path = environ.get("REQUEST_METHOD"), environ.get("PATH_INFO", "")
         if method == "GET" and path.startswith(_JOB_PREFIX) and "/" not in path[len(_JOB_PREFIX):]:
-            try:
-                record = self.service.get(principal, path[len(_JOB_PREFIX):])
-            except JobNotFound:
-                return None  # perhaps asked a question of this job: the full route decides
-            payload, headers = handle_body(record)
+            payload, headers = view_body(self.service.read(principal, path[len(_JOB_PREFIX):]))
             return FastAnswer(200, payload, headers)
         if method != "POST" or path not in ("/v1/jobs", "/mcp", a2a.RPC_PATH):
             return None

@@ -20,6 +20,7 @@ from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.timing import from_wire
 from tasks_backend.push.subscriptions import PushStore, resolve_target
 from tasks_backend.service.jobs import JobService
+from tasks_backend.service.questions import JobView
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
 from tasks_backend.serving.drain import HangUpWatch
 
@@ -101,6 +102,18 @@ def _context(call: A2AScope, record: JobRecord) -> str:
     return call.contexts.of([record.id])[record.id]
 
 
+def _seen_context(call: A2AScope, view: JobView, stored: str | None = None) -> str:
+    """The contextId the caller reads: the owner's context, or to one the job's questions were addressed to
+    (whose conversation it is not) the task's own id."""
+    if view.limited:
+        return view.record.id
+    return stored or _context(call, view.record)
+
+
+def _task(view: JobView, context: str) -> dict[str, Any]:
+    return wire.task(view.record, context, whole=not view.limited)
+
+
 def _task_id(params: dict[str, Any], name: str = "id") -> str:
     value = _text(params, name, required=True)
     assert value is not None
@@ -108,8 +121,9 @@ def _task_id(params: dict[str, Any], name: str = "id") -> str:
 
 
 # -- messages ----------------------------------------------------------------------------------
-def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, str]:
-    """Start a job from a message, or answer a parked job's input requests; returns (record, contextId)."""
+def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobView, str]:
+    """Start a job from a message, or answer a parked job's input requests (as its owner or one its questions
+    were addressed to); returns the job as the caller sees it, and the contextId it reads."""
     message = _object(params, "message", required=True)
     # [proto] Message: messageId, role and parts are REQUIRED; a client sends ROLE_USER.
     _text(message, "messageId", required=True)
@@ -128,8 +142,10 @@ def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, 
         resolve_target(checked["url"], call.runtime.settings.push_allow_private)
 
     if task_id is not None:
-        record = call.service.get(call.principal, task_id)
-        context = _context(call, record)
+        view = call.service.read(call.principal, task_id)
+        record, context = view.record, _seen_context(call, view)
+        if push_config is not None and view.limited:
+            raise RpcError(UNSUPPORTED_OPERATION, "Only the task's owner may set its push notifications.")
         if context_id is not None and context_id != context:
             raise InvalidParams("`contextId` does not match the task's context.")
         if record.terminal:
@@ -143,7 +159,7 @@ def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, 
         record = call.service.provide_input(call.principal, task_id, responses)
         if push_config is not None:
             call.push.put(record, normalize_config(push_config, record.id), after=after, format=FORMAT)
-        return record, context
+        return call.service.questions.seen_by(call.principal, record), context
 
     _require_data(data)
     order = next((d for d in data if "operation" in d), None)
@@ -166,8 +182,8 @@ def _accept_message(call: A2AScope, params: dict[str, Any]) -> tuple[JobRecord, 
     if push_config is not None:
         call.push.put(record, normalize_config(push_config, record.id), after="0-0", format=FORMAT)
     if context_id is None and outcome is SubmitOutcome.CREATED:
-        return record, record.id  # a job made just now has no context but its own id: nothing to read
-    return record, context_id or _context(call, record)
+        return JobView(record), record.id  # a job made just now has no context but its own id: nothing to read
+    return JobView(record), context_id or _context(call, record)
 
 
 def _require_data(data: list[dict[str, Any]]) -> None:
@@ -178,49 +194,49 @@ def _require_data(data: list[dict[str, Any]]) -> None:
 
 def send_message(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     if _object(params, "configuration").get("returnImmediately"):
-        record, context = _accept_message(call, params)
-        return {"task": wire.task(record, context)}
+        view, context = _accept_message(call, params)
+        return {"task": _task(view, context)}
     # A blocking send is one of the principal's open streams; its slot is taken before any job is created, and
     # given back only once nothing reads for it (after its client hung up, say).
     with call.runtime.limits().open_stream(call.principal) as slot, sse.hang_up_watch() as client:
-        record, context = _accept_message(call, params)
-        record = _wait_interrupted(call, record, slot, client)
-    return {"task": wire.task(record, context)}
+        view, context = _accept_message(call, params)
+        view = _wait_interrupted(call, view, slot, client)
+    return {"task": _task(view, context)}
 
 
-def _wait_interrupted(call: A2AScope, record: JobRecord, slot: StreamSlot, client: HangUpWatch | None) -> JobRecord:
+def _wait_interrupted(call: A2AScope, view: JobView, slot: StreamSlot, client: HangUpWatch | None) -> JobView:
     """Wait for a terminal or interrupted state, as A2A says a blocking send does: as long as the job lives (its
     TTL ends it), until this process is stopping, or until the client hangs up (nobody is left to answer). Waiting
     costs a greenlet of the web worker, not a thread that polls and submits need."""
-    job_id, last, service = record.id, "0-0", call.runtime.streaming()
-    while record.state not in wire.STREAM_END and not service.stopping and not (client and client.hung_up):
-        for event_id, record in service.watch(
+    job_id, last, service = view.record.id, "0-0", call.runtime.streaming()
+    while view.record.state not in wire.STREAM_END and not service.stopping and not (client and client.hung_up):
+        for event_id, view in service.watch_view(
                 call.principal, job_id, after=last, max_s=call.runtime.settings.sse_max_s,
                 block_ms=STREAM_BLOCK_MS):
             last = event_id or last
-            if record.state in wire.STREAM_END:
+            if view.record.state in wire.STREAM_END:
                 break
         slot.renew()
-    return record
+    return view
 
 
 def send_streaming_message(call: A2AScope, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
     slot = call.runtime.limits().open_stream(call.principal)  # before any job is created
     try:
-        record, context = _accept_message(call, params)
-        return _stream(call, record.id, context, request_id, slot)
+        view, context = _accept_message(call, params)
+        return _stream(call, view.record.id, context, request_id, slot)
     except BaseException:
         slot.close()
         raise
 
 
 def subscribe_to_task(call: A2AScope, params: dict[str, Any], request_id: jsonrpc.Id) -> Response:
-    record = call.service.get(call.principal, _task_id(params))
-    if record.terminal:
+    view = call.service.read(call.principal, _task_id(params))
+    if view.record.terminal:
         raise RpcError(UNSUPPORTED_OPERATION, "The task has finished; there is nothing to subscribe to.")
     slot = call.runtime.limits().open_stream(call.principal)
     try:
-        return _stream(call, record.id, _context(call, record), request_id, slot)
+        return _stream(call, view.record.id, _seen_context(call, view), request_id, slot)
     except BaseException:
         slot.close()
         raise
@@ -233,25 +249,26 @@ def _stream(call: A2AScope, job_id: str, context: str, request_id: jsonrpc.Id, s
     change that shows in both is skipped by its timestamp. A stream lasts at most `sse_max_s`.
     """
     after = call.push.last_event_id(job_id)
-    events = call.runtime.streaming().watch(call.principal, job_id, after=after,
-                                            max_s=call.runtime.settings.sse_max_s, block_ms=STREAM_BLOCK_MS)
-    _, first = next(events)  # ownership is checked here, before the response starts
+    events = call.runtime.streaming().watch_view(call.principal, job_id, after=after,
+                                                 max_s=call.runtime.settings.sse_max_s, block_ms=STREAM_BLOCK_MS)
+    _, first = next(events)  # who may read it is checked here, before the response starts
 
     def frame(result: dict[str, Any]) -> str:
         return sse.json_frame(jsonrpc.success(request_id, result))
 
     def generate() -> Iterator[str]:
-        last = first
-        yield frame({"task": wire.task(first, context)})
-        if first.state in wire.STREAM_END:
+        last = first.record
+        yield frame({"task": _task(first, context)})
+        if last.state in wire.STREAM_END:
             return
         try:
-            for _, record in events:
+            for _, view in events:
+                record = view.record
                 if record.updated_ms < last.updated_ms or (
                         record.updated_ms == last.updated_ms and record.state is last.state):
                     continue
                 last = record
-                for item in wire.updates(record, context):
+                for item in wire.updates(record, context, whole=not view.limited):
                     yield frame(item)
                 if record.state in wire.STREAM_END:
                     return
@@ -266,8 +283,8 @@ def _stream(call: A2AScope, job_id: str, context: str, request_id: jsonrpc.Id, s
 def get_task(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:
     _history_length(params)
     # The record and its contextId in one round trip (what `_context` reads, with the same default).
-    record, context = call.service.get_with_meta(call.principal, _task_id(params), CONTEXT_FIELD)
-    return wire.task(record, context or record.id)
+    view, context = call.service.read_with_meta(call.principal, _task_id(params), CONTEXT_FIELD)
+    return _task(view, _seen_context(call, view, context or view.record.id))
 
 
 def cancel_task(call: A2AScope, params: dict[str, Any], _id: jsonrpc.Id) -> dict[str, Any]:

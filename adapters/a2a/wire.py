@@ -34,10 +34,13 @@ def _message_id(record: JobRecord) -> str:
     return str(uuid.uuid5(_IDS, f"{record.id}:{record.state.value}:{record.updated_ms}"))
 
 
-def status_message(record: JobRecord, context_id: str) -> dict[str, Any] | None:
-    """The agent's message for a status: its text, plus what failed or what input is needed."""
+def status_message(record: JobRecord, context_id: str, *, whole: bool = True) -> dict[str, Any] | None:
+    """The agent's message for a status: its text, plus what failed or what input is needed. Not `whole`: to one
+    the job's questions were addressed to, who does not own it, the questions that are its and nothing of the error."""
     parts: list[dict[str, Any]] = []
-    if record.state is JobState.FAILED:
+    if record.state is JobState.FAILED and not whole:
+        parts.append({"text": "Job failed."})
+    elif record.state is JobState.FAILED:
         error = record.error or {"message": "Job failed."}
         parts.append({"text": str(error.get("message") or "Job failed.")})
         parts.append({"data": {"error": error}})
@@ -51,9 +54,9 @@ def status_message(record: JobRecord, context_id: str) -> dict[str, Any] | None:
             "role": "ROLE_AGENT", "parts": parts}
 
 
-def status(record: JobRecord, context_id: str) -> dict[str, Any]:
+def status(record: JobRecord, context_id: str, *, whole: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"state": A2A_STATE[record.state], "timestamp": rfc3339(record.updated_ms)}
-    message = status_message(record, context_id)
+    message = status_message(record, context_id, whole=whole)
     if message is not None:
         out["message"] = message
     return out
@@ -64,31 +67,36 @@ def artifact(record: JobRecord) -> dict[str, Any]:
     return {"artifactId": f"{record.id}:result", "name": "result", "parts": [{"data": record.result}]}
 
 
-def metadata(record: JobRecord) -> dict[str, Any]:
-    """The handle fields every protocol shares, where A2A allows free-form data."""
+def metadata(record: JobRecord, *, whole: bool = True) -> dict[str, Any]:
+    """The handle fields every protocol shares, where A2A allows free-form data (not `whole`: with who owns it)."""
     out = handle(record)
     out["operation"] = record.operation
+    if not whole:
+        out["owner"] = record.owner
     if record.progress is not None:
         out["progress"] = {"done": record.progress, "total": record.total}
     return out
 
 
-def task(record: JobRecord, context_id: str, *, artifacts: bool = True) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": record.id, "contextId": context_id, "status": status(record, context_id)}
-    if artifacts and record.state is JobState.COMPLETED:
+def task(record: JobRecord, context_id: str, *, artifacts: bool = True, whole: bool = True) -> dict[str, Any]:
+    """The Task; not `whole` (see `status_message`): without artifacts."""
+    out: dict[str, Any] = {"id": record.id, "contextId": context_id,
+                           "status": status(record, context_id, whole=whole)}
+    if artifacts and whole and record.state is JobState.COMPLETED:
         out["artifacts"] = [artifact(record)]
-    out["metadata"] = metadata(record)
+    out["metadata"] = metadata(record, whole=whole)
     return out
 
 
-def updates(record: JobRecord, context_id: str) -> list[dict[str, Any]]:
-    """The StreamResponses announcing a record's current state: the artifact first when completed."""
+def updates(record: JobRecord, context_id: str, *, whole: bool = True) -> list[dict[str, Any]]:
+    """The StreamResponses announcing a record's current state: the artifact first when completed (and `whole`)."""
     out: list[dict[str, Any]] = []
-    if record.state is JobState.COMPLETED:
+    if whole and record.state is JobState.COMPLETED:
         out.append({"artifactUpdate": {"taskId": record.id, "contextId": context_id,
                                        "artifact": artifact(record), "lastChunk": True}})
     out.append({"statusUpdate": {"taskId": record.id, "contextId": context_id,
-                                 "status": status(record, context_id), "metadata": metadata(record)}})
+                                 "status": status(record, context_id, whole=whole),
+                                 "metadata": metadata(record, whole=whole)}})
     return out
 
 

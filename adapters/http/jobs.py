@@ -9,12 +9,13 @@ from typing import Any
 from flask import Blueprint, Response, current_app, g, jsonify, request, stream_with_context
 
 from tasks_backend.access.auth import Principal
-from tasks_backend.errors import BadRequest, JobNotFound
+from tasks_backend.errors import BadRequest
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.timing import DELAY_MS, PRIORITY, RUN_AT, from_wire
-from tasks_backend.model.wire import detailed, handle, wire_json
+from tasks_backend.model.wire import addressed, detailed, handle, wire_json
 from tasks_backend.service.filters import parse_filter
 from tasks_backend.service.jobs import JobService
+from tasks_backend.service.questions import JobView
 from tasks_backend.service.runtime import STREAM_BLOCK_MS, Runtime
 
 from .. import body, sse
@@ -60,8 +61,12 @@ def handle_body(record: JobRecord, body: dict[str, Any] | None = None) -> tuple[
     return payload, ([] if record.terminal else [("Retry-After", _retry_after(record))])
 
 
-def _handle_response(record: JobRecord, status: int, body: dict[str, Any] | None = None) -> Response:
-    payload, headers = handle_body(record, body)
+def _handle_response(record: JobRecord, status: int) -> Response:
+    return _view_response(JobView(record), status)
+
+
+def _view_response(view: JobView, status: int) -> Response:
+    payload, headers = view_body(view)
     return Response(payload, status=status, mimetype="application/json", headers=headers)
 
 
@@ -108,11 +113,12 @@ def list_jobs() -> Response:
 
 @bp.get("/jobs/<job_id>")
 def get_job(job_id: str) -> Response:
-    try:
-        return _handle_response(_service().get(g.principal, job_id), 200)
-    except JobNotFound:  # someone a question is addressed to sees the handle only (`service.questions`)
-        view = _service().questions.view(g.principal, job_id)
-        return Response(wire_json(view), status=200, mimetype="application/json")
+    return _view_response(_service().read(g.principal, job_id), 200)
+
+
+def view_body(view: JobView) -> tuple[bytes, list[tuple[str, str]]]:
+    """`handle_body` of the job as the caller sees it (an addressee: `addressed`); the fast path calls this too."""
+    return handle_body(view.record, addressed(view.record) if view.limited else None)
 
 
 @bp.get("/jobs/<job_id>/result")
@@ -132,7 +138,7 @@ def cancel(job_id: str) -> Response:
 def provide_input(job_id: str) -> Response:
     body = json_body()
     record = _service().provide_input(g.principal, job_id, body.get("inputResponses"))
-    return _handle_response(record, 202, _service().questions.for_caller(g.principal, record))
+    return _view_response(_service().questions.seen_by(g.principal, record), 202)
 
 
 @bp.get("/jobs/<job_id>/events")

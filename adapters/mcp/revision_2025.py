@@ -25,6 +25,7 @@ from tasks_backend.errors import InvalidParams, JobNotFound, NotWaitingForInput,
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.model.wire import handle
 from tasks_backend.service.jobs import JobService
+from tasks_backend.service.questions import JobView
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
@@ -67,13 +68,14 @@ def url_mode(session_id: str | None) -> bool:
     return bool(session_id) and str(session_id).endswith(URL_SESSION_MARK)
 
 
-def task(record: JobRecord) -> dict[str, Any]:
-    """The 2025-11-25 Task: the shared handle with `ttlMs`/`pollIntervalMs` named `ttl`/`pollInterval`."""
+def task(record: JobRecord, *, whole: bool = True) -> dict[str, Any]:
+    """The 2025-11-25 Task: the shared handle with `ttlMs`/`pollIntervalMs` named `ttl`/`pollInterval` (not
+    `whole`: read by one its questions were addressed to, who does not own it, so without its error)."""
     out = shared.parent_in_meta(handle(record))
     out["ttl"] = out.pop("ttlMs")
     out["pollInterval"] = out.pop("pollIntervalMs")
     if record.state is JobState.FAILED and "statusMessage" not in out:
-        out["statusMessage"] = shared.error_message(record)
+        out["statusMessage"] = shared.error_message(record) if whole else shared.WITHHELD[record.state]
     return out
 
 
@@ -81,9 +83,10 @@ def related(task_id: str) -> dict[str, Any]:
     return {RELATED_TASK_META: {"taskId": task_id}}
 
 
-def final_result(record: JobRecord) -> dict[str, Any]:
-    """What `tasks/result` answers: the call's own result (failed and cancelled jobs carry `isError`)."""
-    return shared.call_tool_result(record) | {"_meta": related(record.id)}
+def final_result(view: JobView) -> dict[str, Any]:
+    """What `tasks/result` answers: the call's own result (failed and cancelled jobs carry `isError`); to one the
+    job's questions were addressed to, who does not own it, only how it ended."""
+    return shared.tool_result(view) | {"_meta": related(view.record.id)}
 
 
 def initialize(call: McpRequest) -> Reply:
@@ -121,7 +124,8 @@ def call_tool(call: McpRequest) -> Reply:
 
 
 def get_task(call: McpRequest) -> Reply:
-    return task(call.service.get(call.principal, shared.string_param(call.params, "taskId")))
+    view = call.service.read(call.principal, shared.string_param(call.params, "taskId"))
+    return task(view.record, whole=not view.limited)
 
 
 def list_tasks(call: McpRequest) -> Reply:
@@ -142,9 +146,9 @@ def cancel_task(call: McpRequest) -> Reply:
 
 def task_result(call: McpRequest) -> Reply:
     task_id = shared.string_param(call.params, "taskId")
-    record = call.service.get(call.principal, task_id)
-    if record.terminal:
-        return final_result(record)
+    view = call.service.read(call.principal, task_id)
+    if view.record.terminal:
+        return final_result(view)
     asking = Asking(task_id, call.rpc.id, set(), set() if url_mode(call.headers.get("Mcp-Session-Id")) else None)
     # One of the principal's open streams until it ends or the client goes away.
     return Stream(call.runtime.limits().hold(
@@ -176,13 +180,14 @@ class Asking:
 
 def _result_events(service: JobService, principal: Principal, asking: Asking) -> Iterator[str]:
     task_id, request_id, asked = asking.task_id, asking.request_id, asking.asked
-    page = shared.job_page(service.settings, task_id) if asking.completed is not None else None
     cursor = asking.cursor
 
     yield shared.sse_event(None, cursor(), retry_ms=RESUME_RETRY_MS)  # from here on the client can resume
     try:
-        for _, record in service.watch(principal, task_id, max_s=service.settings.sse_max_s,
-                                       block_ms=STREAM_BLOCK_MS):
+        for _, view in service.watch_view(principal, task_id, max_s=service.settings.sse_max_s,
+                                          block_ms=STREAM_BLOCK_MS):
+            record = view.record  # an addressee's holds only its own questions
+            page = shared.question_page(service.settings, view) if asking.completed is not None else None
             open_keys = (record.input_requests or {}) if record.state is JobState.INPUT_REQUIRED else {}
             if asking.completed is not None:
                 for key in sorted(asked - asking.completed - set(open_keys)):
@@ -193,7 +198,7 @@ def _result_events(service: JobService, principal: Principal, asking: Asking) ->
                     asked.add(key)
                     yield shared.sse_event(_input_request(task_id, key, request, page), cursor())
             if record.terminal:
-                yield shared.sse_event(jsonrpc.success(request_id, final_result(record)))
+                yield shared.sse_event(jsonrpc.success(request_id, final_result(view)))
                 return
     except TasksBackendError as exc:  # expired meanwhile, or Redis went away
         yield shared.sse_event(jsonrpc.error_for(request_id, exc, CODES))

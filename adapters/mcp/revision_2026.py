@@ -17,6 +17,7 @@ from tasks_backend.errors import InvalidParams, JobNotCancelable, JobNotFound, N
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.model.wire import handle
 from tasks_backend.service.follow import follow
+from tasks_backend.service.questions import JobView
 from tasks_backend.service.runtime import STREAM_BLOCK_MS
 
 from .. import jsonrpc
@@ -60,18 +61,22 @@ def url_mode(call: McpRequest) -> bool:
     return shared.declares_url_elicitation(call.meta.get(CLIENT_CAPABILITIES_META))
 
 
-def detailed_task(record: JobRecord, page: str | None = None) -> dict[str, Any]:
-    """The extension's DetailedTask: the handle plus what its status carries. With `page` (a client that
-    declares URL-mode elicitation), its questions point at the job's web page instead of carrying forms."""
+def detailed_task(view: JobView, page: str | None = None) -> dict[str, Any]:
+    """The extension's DetailedTask: the handle plus what its status carries (to one the job's questions were
+    addressed to, who does not own it: its questions, and how it ended without its result or error). With `page`
+    (a client that declares URL-mode elicitation), its questions point at the job's web page instead of carrying
+    forms."""
+    record = view.record
     out = shared.parent_in_meta(handle(record))
     if record.state is JobState.COMPLETED:
-        out["result"] = shared.call_tool_result(record) | {"resultType": "complete"}
+        out["result"] = shared.tool_result(view) | {"resultType": "complete"}
     elif record.state is JobState.FAILED:
         # A job that raised is a failed task (not a completed one with isError): the tool never produced
         # a result, and HTTP and A2A report the same job as failed.
-        out.setdefault("statusMessage", shared.error_message(record))
-        out["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": shared.error_message(record)}
-        if record.error:
+        message = shared.WITHHELD[record.state] if view.limited else shared.error_message(record)
+        out.setdefault("statusMessage", message)
+        out["error"] = {"code": jsonrpc.INTERNAL_ERROR, "message": message}
+        if record.error and not view.limited:
             out["error"]["data"] = record.error
     elif record.state is JobState.INPUT_REQUIRED:
         requests = record.input_requests or {}
@@ -84,8 +89,8 @@ def _with_meta(out: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     return out | {"_meta": {**out.get("_meta", {}), **meta}}
 
 
-def _detailed(call: McpRequest, record: JobRecord) -> dict[str, Any]:
-    return detailed_task(record, shared.job_page(call.service.settings, record.id) if url_mode(call) else None)
+def _detailed(call: McpRequest, view: JobView) -> dict[str, Any]:
+    return detailed_task(view, shared.question_page(call.service.settings, view) if url_mode(call) else None)
 
 
 def discover(call: McpRequest) -> Reply:
@@ -114,8 +119,8 @@ def call_tool(call: McpRequest) -> Reply:
 
 def get_task(call: McpRequest) -> Reply:
     _require_tasks(call)
-    record = call.service.get(call.principal, shared.string_param(call.params, "taskId"))
-    return {"resultType": "complete", **_detailed(call, record)}
+    view = call.service.read(call.principal, shared.string_param(call.params, "taskId"))
+    return {"resultType": "complete", **_detailed(call, view)}
 
 
 def update_task(call: McpRequest) -> Reply:
@@ -144,9 +149,10 @@ def cancel_task(call: McpRequest) -> Reply:
 def listen(call: McpRequest) -> Reply:
     """`subscriptions/listen`: `notifications/tasks` for each change of the named tasks, over SSE.
 
-    Only the caller's own tasks are accepted (others are left out of the acknowledgement, exactly like
-    ids that do not exist). The stream ends, with a result, once every task is terminal or after
-    `sse_max_s`, so a sync web worker is never held for long; the client listens again to go on.
+    Only tasks the caller may read are accepted, its own and those whose questions were addressed to it (others
+    are left out of the acknowledgement, exactly like ids that do not exist). The stream ends, with a result,
+    once every task is terminal or after `sse_max_s`, so a sync web worker is never held for long; the client
+    listens again to go on.
     """
     _require_tasks(call)
     wanted = call.params.get("notifications")
@@ -156,7 +162,7 @@ def listen(call: McpRequest) -> Reply:
     records: list[JobRecord] = []
     for task_id in dict.fromkeys(ids):
         try:
-            records.append(call.service.get(call.principal, task_id))
+            records.append(call.service.read(call.principal, task_id).record)
         except JobNotFound:
             continue
     meta = {SUBSCRIPTION_META: call.rpc.id}
@@ -169,8 +175,9 @@ def listen(call: McpRequest) -> Reply:
             # One read over every task's feed, in this stream's own greenlet: one Redis connection whatever
             # the number of tasks, and no reader outlives the stream (or the slot that counts it).
             for record in follow(call.runtime.streaming(), records, max_s=max_s, block_ms=STREAM_BLOCK_MS):
+                view = call.service.questions.seen_by(call.principal, record)
                 yield shared.sse_event({"jsonrpc": "2.0", "method": "notifications/tasks",
-                                 "params": _with_meta(_detailed(call, record), meta)})
+                                 "params": _with_meta(_detailed(call, view), meta)})
         except StoreUnavailable as exc:  # Redis failed: the client listens again
             log.info("listen ended early: %r", exc.__cause__)
         yield shared.sse_event(jsonrpc.success(call.rpc.id, {"resultType": "complete", "_meta": meta}))

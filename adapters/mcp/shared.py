@@ -21,6 +21,7 @@ from tasks_backend.errors import Conflict, InvalidParams, JobNotFound
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.model.timing import from_wire
 from tasks_backend.service.jobs import JobService
+from tasks_backend.service.questions import JobView
 from tasks_backend.service.runtime import Runtime
 
 from .. import jsonrpc, sse
@@ -150,8 +151,23 @@ def submit_call(call: McpRequest, ttl_s: float | None = None) -> tuple[JobRecord
                                run_at_ms=timing.run_at_ms, delay_ms=timing.delay_ms, priority=timing.priority)
 
 
+#: What one a job's questions were addressed to, who does not own it, reads of how it ended (the rest is the owner's).
+WITHHELD = {JobState.COMPLETED: "The task completed; its result is for its owner.",
+            JobState.FAILED: "The task failed.", JobState.CANCELLED: "The task was cancelled."}
+
+
 def error_message(record: JobRecord) -> str:
     return str((record.error or {}).get("message") or "The job failed.")
+
+
+def tool_result(view: JobView) -> dict[str, Any]:
+    """`call_tool_result` of a finished job for whoever reads it: to one its questions were addressed to, who does
+    not own it, only how it ended."""
+    record = view.record
+    if not view.limited:
+        return call_tool_result(record)
+    return {"content": [{"type": "text", "text": WITHHELD[record.state]}],
+            "isError": record.state is not JobState.COMPLETED}
 
 
 def call_tool_result(record: JobRecord) -> dict[str, Any]:
@@ -177,9 +193,11 @@ def declares_url_elicitation(capabilities: Any) -> bool:
     return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
 
 
-def job_page(settings: Settings, task_id: str) -> str:
-    """The job's web page, where a person signs in and answers its questions."""
-    return f"{settings.public_url.rstrip('/')}/ui/jobs/{task_id}"
+def question_page(settings: Settings, view: JobView) -> str:
+    """Where a person signs in and answers the job's questions: the job's web page, or to one they were addressed
+    to, who does not own it, "Waiting for me" (the job's page is its owner's)."""
+    base = settings.public_url.rstrip("/")
+    return f"{base}/ui/waiting" if view.limited else f"{base}/ui/jobs/{view.record.id}"
 
 
 def elicitation_id(task_id: str, key: str) -> str:

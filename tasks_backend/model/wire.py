@@ -59,6 +59,17 @@ def detailed(record: JobRecord) -> dict[str, Any]:
     return out
 
 
+def addressed(record: JobRecord) -> dict[str, Any]:
+    """What one a job's question is addressed to reads of it (a limited `JobView`'s record): the handle, the
+    operation, who owns it and, while it waits, the questions that are the reader's."""
+    out = handle(record)
+    out["operation"] = record.operation
+    out["owner"] = record.owner
+    if record.state is JobState.INPUT_REQUIRED:
+        out["inputRequests"] = record.input_requests or {}
+    return out
+
+
 def wire_json(value: Any) -> bytes:
     """A JSON answer's body, the same for every answer, errors included: compact, and ending with a newline (so
     that a shell prompt after `curl` starts on a line of its own)."""

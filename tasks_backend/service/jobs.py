@@ -1,7 +1,8 @@
 """JobService: the semantics every protocol adapter and the Python API share.
 
-submit (idempotent) · get · list (`reads`) · cancel · provide_input · watch. Every call that names a job checks
-that the caller owns it; another owner's job raises exactly the `JobNotFound` a missing one does.
+submit (idempotent) · get · read · list (`reads`) · cancel · provide_input · watch. Every call that names a job checks
+that the caller owns it; another owner's job raises exactly the `JobNotFound` a missing one does. `read`,
+`watch_view` and `provide_input` also let in those the job's questions were addressed to (`service.questions`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from .bulk import Bulk
 from .children import after_cancel
 from .cursors import valid_id
 from .filters_reads import FilteredReads
-from .questions import Questions
+from .questions import JobView, Questions
 from .reads import as_principal
 from .rerun import RerunOf, Reruns
 
@@ -281,8 +282,17 @@ class JobService(FilteredReads, Reruns, Bulk):
               block_ms: int = 1000) -> Iterator[tuple[str, JobRecord]]:
         """Yield the job as it stands, then (event id, record) for each change after `after`, until
         it is terminal, `max_s` has passed or the process is stopping."""
+        yield from self._changes(self.get(who, job_id), after, max_s, block_ms)
+
+    def watch_view(self, who: Principal | str, job_id: str, *, after: str = "0-0", max_s: float = 25.0,
+                   block_ms: int = 1000) -> Iterator[tuple[str, JobView]]:
+        """`watch` for whoever may `read` the job: each change as the caller may see it (`JobView`)."""
         principal = as_principal(who)
-        record = self.get(principal, job_id)
+        for event_id, record in self._changes(self.read(principal, job_id).record, after, max_s, block_ms):
+            yield event_id, self.questions.seen_by(principal, record)
+
+    def _changes(self, record: JobRecord, after: str, max_s: float, block_ms: int) -> Iterator[tuple[str, JobRecord]]:
+        job_id = record.id
         deadline = time.monotonic() + max_s
         yield "", record
         if record.terminal:

@@ -1,4 +1,4 @@
-"""Questions addressed to people other than a job's owner: who may answer, what they see, one-time links.
+"""Questions addressed to people other than a job's owner: who may answer, what they see (`JobView`), one-time links.
 
 A question's `to` names principals and roles (`TASKS_BACKEND_ROLES`, "finance=bob,carol;legal=dave"); roles are
 resolved when someone reads or answers, so a change of roles applies to open questions at once. The owner may
@@ -7,6 +7,7 @@ always answer; an operator or admin who is not addressed may not. To anyone else
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,6 @@ from ..config import Settings
 from ..errors import JobNotFound, NotWaitingForInput
 from ..model.domain import JobRecord, JobState, rfc3339
 from ..model.questions import PRINCIPAL, ROLE, addressees, routing
-from ..model.wire import handle
 from ..store.jobs import RedisStore
 from .cursors import valid_id
 
@@ -35,6 +35,34 @@ def parse_roles(spec: str) -> dict[str, frozenset[str]]:
             raise ValueError(f"TASKS_BACKEND_ROLES: {part.strip()!r} is not ROLE=principal,principal")
         out[name.strip()] = frozenset(m.strip() for m in members.split(",") if m.strip())
     return out
+
+
+def reads_whole(principal: Principal, record: JobRecord) -> bool:
+    """Whether the principal reads the whole job: its owner, an admin or an operator."""
+    return record.owner == principal.name or principal.admin or principal.operator
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as one caller sees it. `asked` None: the whole job. Otherwise the caller is one its questions were
+    addressed to, and `record` carries no params, result or error, and of its questions only those in `asked`
+    (open, addressed to the caller: the ones it may answer)."""
+
+    record: JobRecord
+    asked: frozenset[str] | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.asked is not None
+
+
+def limited(record: JobRecord, keys: set[str]) -> JobView:
+    """The addressee's view: what the record's handle shows, its operation and owner, and the questions in `keys`."""
+    requests = record.input_requests or {}
+    shown = {key: request for key, request in requests.items() if key in keys}
+    return JobView(dataclasses.replace(
+        record, params_json="{}", result=None, error=None, idempotency_key=None, trace=None, schedule=None,
+        input_requests=shown if record.state is JobState.INPUT_REQUIRED else None), frozenset(shown))
 
 
 @dataclass(frozen=True)
@@ -71,29 +99,18 @@ class Questions:
             return keys
         raise JobNotFound()
 
-    def view(self, principal: Principal, job_id: str) -> dict[str, Any]:
-        """What an addressee who does not own the job sees of it: its handle, its operation and the questions
-        addressed to it; no params, result or error. Anyone else: `JobNotFound`."""
-        record = self.store.get(job_id) if valid_id(job_id) else None
-        if record is None:
-            raise JobNotFound()
-        return self.limited(record, self.answerable(principal, record))
+    def view_of(self, principal: Principal, record: JobRecord) -> JobView:
+        """The job as the principal may see it: whole (owner, admin, operator), or limited to the questions
+        addressed to it; anyone else: `JobNotFound`, as for a missing job."""
+        if reads_whole(principal, record):
+            return JobView(record)
+        return limited(record, self.answerable(principal, record) or set())
 
-    def limited(self, record: JobRecord, keys: set[str] | None) -> dict[str, Any]:
-        """The handle, operation and owner of the job, and its open questions among `keys` (None: all)."""
-        out = handle(record)
-        out["operation"] = record.operation
-        out["owner"] = record.owner
-        if record.state is JobState.INPUT_REQUIRED:
-            requests = record.input_requests or {}
-            out["inputRequests"] = {k: v for k, v in requests.items() if keys is None or k in keys}
-        return out
-
-    def for_caller(self, principal: Principal, record: JobRecord) -> dict[str, Any] | None:
-        """None when the caller may read the whole job (owner, admin, operator), else its limited view."""
-        if record.owner == principal.name or principal.admin or principal.operator:
-            return None
-        return self.limited(record, self.addressed_keys(principal, record))
+    def seen_by(self, principal: Principal, record: JobRecord) -> JobView:
+        """`view_of` for a job the principal was already let see (after its answer, as it changes)."""
+        if reads_whole(principal, record):
+            return JobView(record)
+        return limited(record, self.addressed_keys(principal, record))
 
     def open_for(self, principal: Principal) -> list[dict[str, Any]]:
         """The open questions addressed to the principal (directly or by a role), newest job first."""

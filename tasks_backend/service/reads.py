@@ -1,5 +1,6 @@
 """The reading half of `JobService`: one job, a page of the caller's jobs (by status, or a parent's children),
-counts and recent jobs. Every read that names a job checks that the caller owns it."""
+counts and recent jobs. Every read that names a job checks that the caller owns it; `read` also lets in those its
+questions were addressed to, with the limited view `service.questions` gives them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..model.domain import JobRecord
 from ..model.states import STATES_FOR_STATUS
 from ..store.jobs import RedisStore
 from .cursors import decode_cursor, decode_recent, encode_recent, page_of, recency, valid_id
+from .questions import JobView, Questions, reads_whole
 
 MAX_PAGE = 200
 
@@ -28,6 +30,27 @@ def as_principal(who: Principal | str) -> Principal:
 class JobReads:
     store: RedisStore
     limits: Limits
+    questions: Questions
+
+    def read(self, who: Principal | str, job_id: str) -> JobView:
+        """The job as the caller may see it: whole (`get`), or as one of its questions' addressees sees it (a
+        `JobView.limited` view); anyone else gets the `JobNotFound` a missing job raises. For every protocol's
+        read of one job."""
+        if not valid_id(job_id):
+            raise JobNotFound()
+        return self._view(as_principal(who), self.store.get(job_id))
+
+    def read_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobView, str | None]:
+        """`read`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
+        if not valid_id(job_id):
+            raise JobNotFound()
+        record, value = self.store.get_with_meta(job_id, field)
+        return self._view(as_principal(who), record), value
+
+    def _view(self, principal: Principal, record: JobRecord | None) -> JobView:
+        if record is None:
+            raise JobNotFound()
+        return self.questions.view_of(principal, record)
 
     def get(self, who: Principal | str, job_id: str) -> JobRecord:
         principal = as_principal(who)
@@ -140,6 +163,6 @@ class JobReads:
 
 def _visible(principal: Principal, record: JobRecord | None) -> JobRecord:
     """The record if the principal may see it; anything else reads as missing."""
-    if record is None or (record.owner != principal.name and not (principal.admin or principal.operator)):
+    if record is None or not reads_whole(principal, record):
         raise JobNotFound()
     return record

@@ -14,9 +14,12 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 from adapters.a2a.push import Contexts
 from adapters.app import create_app
 from adapters.entrance import Entrance
-from tasks_backend.model.domain import JobRecord
+from adapters.fast_path import FastRoutes
+from tasks_backend.access.auth import Principal
+from tasks_backend.errors import JobNotFound
+from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import ALICE, BOB
+from tests.conftest import ALICE, BOB, CAROL, wait_until
 
 MCP_HEADERS = {**ALICE, "MCP-Protocol-Version": "2026-07-28", "Accept": "application/json, text/event-stream"}
 MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -64,6 +67,26 @@ def test_another_owners_job_reads_as_missing_on_every_fast_call(runtime: Runtime
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": record.id, "_meta": MCP_META}}
     answer = flask_app.test_client().post("/mcp", json=rpc, headers={**MCP_HEADERS, **BOB})
     assert answer.status_code == 400 and answer.get_json()["error"]["code"] == -32602
+
+
+@pytest.mark.usefixtures("worker")
+def test_an_addressee_poll_is_answered_on_the_fast_route_as_by_flask(runtime: Runtime, flask_app: Any) -> None:
+    """One who a question is addressed to polls through the same path as the owner: the fast route answers it
+    (it no longer hands the request to Flask), with the same limited view, and a stranger's poll is its 404."""
+    record, _ = runtime.service.submit("alice", "test.ask_routed", {"to": ["principal:bob"]})
+    wait_until(lambda: runtime.service.get("alice", record.id).state is JobState.INPUT_REQUIRED)
+    path = f"/v1/jobs/{record.id}"
+    environ = EnvironBuilder(method="GET", path=path, headers=BOB).get_environ()
+    answer = FastRoutes(runtime).answer(environ, Principal("bob"))
+    assert answer is not None and answer.status == 200
+    fast, slow = _both(flask_app, method="GET", path=path, headers=BOB)
+    assert fast[0] == slow[0] == 200 and fast[2] == slow[2] == json.loads(answer.payload)
+    assert fast[2]["owner"] == "alice" and set(fast[2]["inputRequests"]) == {"approve"} and "params" not in fast[2]
+    assert fast[1]["Retry-After"] == slow[1]["Retry-After"]
+    with pytest.raises(JobNotFound):
+        FastRoutes(runtime).answer(EnvironBuilder(method="GET", path=path, headers=CAROL).get_environ(),
+                                   Principal("carol"))
+    runtime.service.provide_input("bob", record.id, {"approve": {"approved": False}})
 
 
 def test_a_body_of_unknown_length_is_left_to_flask(flask_app: Any) -> None:

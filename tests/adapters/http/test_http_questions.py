@@ -227,3 +227,21 @@ def test_a_rerun_of_a_timed_out_job_asks_again_with_a_deadline_of_its_own(http: 
     wait_until(lambda: http.get(f"/v1/jobs/{again}", headers=ALICE).json()["status"] == "input_required")
     assert answer(http, again, BOB).status_code == 202
     assert finished(http, again)["status"] == "completed"
+
+
+def test_an_addressee_polls_like_the_owner_and_a_stranger_reads_a_missing_job(http: httpx.Client) -> None:
+    """Bob's view is a handle like any other (it carries `Retry-After` while the job waits); carol's read and answer
+    are exactly those of a job that does not exist."""
+    job_id = ask(http, to=["principal:bob"])
+    seen = http.get(f"/v1/jobs/{job_id}", headers=BOB)
+    assert seen.status_code == 200 and seen.headers["Retry-After"] == "1", seen.headers
+    assert seen.json()["owner"] == "alice" and set(seen.json()["inputRequests"]) == {"approve"}
+    assert not {"params", "result", "error"} & set(seen.json())
+    missing = "8c1e7d0e-52a5-4a8e-a6f1-2b0d0a6c4b11"
+    for call in (lambda i: http.get(f"/v1/jobs/{i}", headers=CAROL), lambda i: answer(http, i, CAROL)):
+        asked, unknown = call(job_id), call(missing)
+        assert asked.status_code == unknown.status_code == 404 and asked.json() == unknown.json(), asked.text
+        assert asked.json()["type"].endswith("/not-found")
+    accepted = answer(http, job_id, BOB)
+    assert accepted.status_code == 202 and "params" not in accepted.json() and accepted.json()["owner"] == "alice"
+    assert finished(http, job_id)["result"] == {"approval": {"approved": True}}

@@ -14,7 +14,7 @@ from werkzeug.serving import make_server
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
 from tasks_backend.service.runtime import build_runtime
-from tests.adapters.mcp.clients.rpc import IDEMPOTENCY_META, LEGACY, Legacy, sse_messages
+from tests.adapters.mcp.clients.rpc import IDEMPOTENCY_META, LEGACY, Legacy, await_result, sse_messages
 from tests.conftest import bearer, make_settings, wait_until
 
 
@@ -136,23 +136,12 @@ def test_idempotency_key_in_meta(alice: Legacy) -> None:
 def test_input_through_elicitation_on_the_result_stream(alice: Legacy, http: httpx.Client) -> None:
     created = submit(alice, "demo.refund", {"order_id": "C-3", "amount": 9.5})
     settle(alice, created["taskId"], "input_required")
-    body = {"jsonrpc": "2.0", "id": 77, "method": "tasks/result", "params": {"taskId": created["taskId"]}}
-    with http.stream("POST", "/mcp", json=body, headers=alice.headers, timeout=60) as response:
-        assert response.headers["Content-Type"].startswith("text/event-stream")
-        final = None
-        for _, message in sse_messages(response):
-            if message is None:
-                continue
-            if message.get("method") == "elicitation/create":
-                params = message["params"]
-                assert params["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": created["taskId"]}
-                assert params["requestedSchema"]["required"] == ["approved"]
-                answer = {"jsonrpc": "2.0", "id": message["id"],
-                          "result": {"action": "accept", "content": {"approved": True}}}
-                assert http.post("/mcp", json=answer, headers=alice.headers).status_code == 202
-            elif "result" in message or "error" in message:
-                final = message
-                break
+    asked, final = await_result(http, alice, created["taskId"], 77, {"action": "accept", "content": {"approved": True}})
+    assert asked
+    for message in asked:
+        params = message["params"]
+        assert params["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": created["taskId"]}
+        assert params["requestedSchema"]["required"] == ["approved"]
     assert final is not None and final["id"] == 77
     assert final["result"]["structuredContent"]["status"] == "approved"
 

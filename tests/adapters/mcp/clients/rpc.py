@@ -106,3 +106,21 @@ def sse_messages(response: httpx.Response) -> Iterator[tuple[str | None, dict[st
             event_id = line[3:].strip()
         elif line.startswith("data:"):
             data.append(line[5:].strip())
+
+
+def await_result(http: httpx.Client, caller: Legacy, task_id: str, request_id: int,
+                 answer: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Wait on `tasks/result` over SSE as `caller`, answering each `elicitation/create` asked on the stream with
+    `answer`: (the requests asked, the final reply)."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tasks/result", "params": {"taskId": task_id}}
+    asked: list[dict[str, Any]] = []
+    with http.stream("POST", "/mcp", json=body, headers=caller.headers, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream"), response.read()
+        for _, message in sse_messages(response):
+            if message is not None and message.get("method") == "elicitation/create":
+                asked.append(message)
+                reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                assert http.post("/mcp", json=reply, headers=caller.headers).status_code == 202
+            elif message is not None and ("result" in message or "error" in message):
+                return asked, message
+    return asked, None
