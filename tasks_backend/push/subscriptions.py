@@ -22,9 +22,9 @@ from ..store.connect import redis_errors
 from ..store.feeds import Event, event
 from ..store.jobs import RedisStore
 from ..store.outcomes import Locked, Saved
-from .webhook import TargetRefused as TargetRefused
+from .targets import TargetRefused as TargetRefused
+from .targets import resolve_target as resolve_target
 from .webhook import post_event as post_event
-from .webhook import resolve_target as resolve_target
 
 #: Subscriptions one job may hold; each one is a webhook POST per event.
 MAX_CONFIGS_PER_JOB = 10

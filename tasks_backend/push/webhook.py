@@ -1,16 +1,12 @@
-"""Webhooks: which targets are allowed, and one POST with a deadline.
+"""Webhooks: one POST with a deadline, to a target the guard allows (`targets`).
 
-The guard allows only targets that resolve to global unicast addresses outside IANA's special-purpose
-registries (`special_addresses`; an IPv6 form that only writes an IPv4 address is judged by that
-address) unless `push_allow_private` is set. It runs when a config is created (a clear error for the
-caller) and again on every delivery, where the connection is pinned to the address that was checked,
-so a DNS answer that changes in between cannot redirect a POST into the private network.
+The guard runs when a config is created (a clear error for the caller) and again on every delivery, where the
+connection is made by `targets.connect_checked`: resolved once, checked, and connected to a checked address.
 """
 
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 import socket
 import threading
@@ -20,43 +16,10 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import InvalidParams
-from .special_addresses import allowed_target
+from .targets import Resolver, connect_checked, parse_target, system_resolve
 
 #: Bytes of a receiver's answer that are read (and thrown away) before the connection is closed.
 MAX_ANSWER_BYTES = 64 * 1024
-
-
-
-class TargetRefused(InvalidParams):
-    message = "The push notification URL is not allowed."
-
-
-# -- the guard ---------------------------------------------------------------------------------
-def _allowed(address: str) -> bool:
-    return allowed_target(ipaddress.ip_address(address.split("%", 1)[0]))
-
-
-def resolve_target(url: str, allow_private: bool) -> tuple[str, str, int, str]:
-    """(scheme, host, port, address to connect to) for an allowed webhook URL, or `TargetRefused`."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise TargetRefused("The push notification URL must be an absolute http or https URL.")
-    if parts.username or parts.password:
-        raise TargetRefused("Put credentials in `authentication`, not in the URL.")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise TargetRefused("The push notification URL has an invalid port.") from exc
-    try:
-        infos = socket.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TargetRefused("The push notification host does not resolve.") from exc
-    addresses = [str(info[4][0]) for info in infos]
-    if not allow_private and not all(_allowed(a) for a in addresses):
-        raise TargetRefused("The push notification URL points at a loopback, link-local, private or other "
-                            "special-purpose address; the server is not configured to allow that.")
-    return parts.scheme, parts.hostname, port, addresses[0]
 
 
 # -- one POST ----------------------------------------------------------------------------------
@@ -116,7 +79,7 @@ class _Deadline:
 
 
 def post_event(config: Mapping[str, Any], body: dict[str, Any] | bytes, *, allow_private: bool, timeout_s: float,
-               headers: Mapping[str, str] | None = None) -> int:
+               headers: Mapping[str, str] | None = None, resolve: Resolver = system_resolve) -> int:
     """POST one body as JSON (or as the exact bytes given) to a subscription's `url`, with the subscriber's
     `headers`; returns the HTTP status.
 
@@ -126,7 +89,7 @@ def post_event(config: Mapping[str, Any], body: dict[str, Any] | bytes, *, allow
     """
     deadline = _Deadline(timeout_s)
     url = config["url"]
-    scheme, host, port, address = resolve_target(url, allow_private)
+    scheme, host, port = parse_target(url)
     parts = urlsplit(url)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     # `Connection: close`: the answer ends when the receiver closes, so reading it cannot wait on keep-alive.
@@ -138,9 +101,10 @@ def post_event(config: Mapping[str, Any], body: dict[str, Any] | bytes, *, allow
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
 
-    # Connect to the address that passed the guard; Host and TLS SNI still use the name.
+    # Connect to an address that passed the guard; Host and TLS SNI still use the name.
     def pinned(addr: tuple[str, int], timeout: float | None, source: Any = None) -> socket.socket:
-        sock = socket.create_connection((address, addr[1]), deadline.remaining(), source)
+        sock = connect_checked(host, addr[1], allow_private=allow_private, timeout=deadline.remaining(),
+                               source=source, resolve=resolve)
         deadline.watch(sock)
         return sock
 

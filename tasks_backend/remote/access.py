@@ -2,7 +2,8 @@
 
 Credentials come from settings only (`TASKS_BACKEND_REMOTE_CREDENTIALS`: URL prefix -> `Authorization` value,
 the longest matching prefix wins), never from a job's params or records, so they reach no log or handle.
-Every URL passes the push targets' address guard (`TASKS_BACKEND_PUSH_ALLOW_PRIVATE` lets tests use loopback).
+Every URL passes the push targets' address guard (`TASKS_BACKEND_PUSH_ALLOW_PRIVATE` lets tests use loopback), and
+every connection is pinned to an address the guard checked (`push.targets.PinnedTransport`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 
 from ..config import Settings
-from ..push.webhook import resolve_target
+from ..push.targets import PinnedTransport, Resolver, parse_target, resolve_target, system_resolve
 
 _ids = itertools.count(1)
 
@@ -36,18 +37,20 @@ def authorization(settings: Settings, url: str) -> str | None:
 class RemoteChannel:
     """JSON-RPC over HTTP POST to remotes, with their configured credentials; one httpx client per owner."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.http = httpx.Client(timeout=settings.remote_timeout_s, follow_redirects=False)
+    def __init__(self, settings: Settings, resolve: Resolver = system_resolve) -> None:
+        self.settings, self.resolve = settings, resolve
+        self.http = httpx.Client(transport=PinnedTransport(settings.push_allow_private, resolve),
+                                 timeout=settings.remote_timeout_s, follow_redirects=False)
 
     def guard(self, url: str) -> None:
         """Refuse a URL the push targets' guard refuses (`TargetRefused`, a 4xx to whoever supplied it)."""
-        resolve_target(url, self.settings.push_allow_private)
+        resolve_target(url, self.settings.push_allow_private, self.resolve)
 
     def call(self, url: str, method: str, params: dict[str, Any], headers: dict[str, str] | None = None,
              ) -> tuple[dict[str, Any], httpx.Headers]:
-        """(result, response headers) of one request; `RemoteError` for a transport fault or a JSON-RPC error."""
-        self.guard(url)
+        """(result, response headers) of one request; `RemoteError` for a transport fault or a JSON-RPC error,
+        `TargetRefused` for a URL (or a host's address at connection time) the guard refuses."""
+        parse_target(url)
         rid = next(_ids)
         sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
                 **(headers or {})}
@@ -69,6 +72,7 @@ class RemoteChannel:
         return (result if isinstance(result, dict) else {}), response.headers
 
     def notify(self, url: str, method: str, headers: dict[str, str]) -> None:
+        parse_target(url)
         sent = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers}
         if (auth := authorization(self.settings, url)) is not None:
             sent["Authorization"] = auth

@@ -13,7 +13,7 @@ import pytest
 from adapters.a2a.push import normalize_config
 from tasks_backend.errors import InvalidParams
 from tasks_backend.push.special_addresses import SPECIAL_PURPOSE
-from tasks_backend.push.webhook import TargetRefused, resolve_target
+from tasks_backend.push.targets import TargetRefused, resolve_target
 
 
 # -- the guard ------------------------------------------------------------------------------------
