@@ -335,3 +335,20 @@ def ask_routed(ctx: JobContext, to: list[str], deadline_s: float | None, on_time
     deadline = timedelta(seconds=deadline_s) if deadline_s is not None else None
     answer = ctx.ask("approve", "Approve the refund?", APPROVAL_FORM, to=to, deadline=deadline, on_timeout=on_timeout)
     return {"approval": answer}
+
+
+class AskThenStepParams(Schema):
+    ledger = fields.String(required=True)
+    deadline_s = fields.Float(required=True)
+    on_timeout = fields.Raw(required=True)
+
+
+@job("test.ask_then_step", params=AskThenStepParams, ttl=600, poll_interval=0.1)
+def ask_then_step(ctx: JobContext, ledger: str, deadline_s: float, on_timeout: Any) -> dict[str, Any]:
+    """Asks bob `approve` with a deadline, then records one effect as a step: what a deadline's answer leads to.
+    Every run notes its start."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    answer = ctx.ask("approve", "Approve the refund?", APPROVAL_FORM, to=["principal:bob"],
+                     deadline=timedelta(seconds=deadline_s), on_timeout=on_timeout)
+    ctx.step("after", lambda: _append(ledger, {"event": "effect", "answer": answer}) or True)
+    return {"approval": answer}
