@@ -3,34 +3,18 @@ the steps the original recorded never run again, and the step the rerun was kill
 
 from __future__ import annotations
 
-import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tasks_backend.model.domain import JobState
-from tests.conftest import Serve, make_settings, wait_until
+from tests.conftest import wait_until
 from tests.support.deployment import Deployment
+from tests.workers.test_waiting_jobs import lines
 
 pytestmark = pytest.mark.chaos
-
-
-@pytest.fixture
-def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
-    d = Deployment(make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2), tmp_path, serve)
-    failed = True
-    try:
-        yield d
-        failed = False
-    finally:
-        d.close(show_logs=failed)
-
-
-def lines(ledger: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
 def test_a_rerun_keeping_steps_killed_mid_step_repeats_no_recorded_step(deployment: Deployment,

@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tasks_backend.model.domain import JobState
-from tests.conftest import Serve, make_settings, wait_until
+from tests.conftest import wait_until
 from tests.support.deployment import Deployment
 from tests.support.procs import sweeper_process
-
-
-@pytest.fixture
-def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
-    d = Deployment(make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2), tmp_path, serve)
-    failed = True
-    try:
-        yield d
-        failed = False
-    finally:
-        d.close(show_logs=failed)
 
 
 def test_twenty_sleepers_hold_none_of_two_worker_slots(deployment: Deployment, tmp_path: Path) -> None:
