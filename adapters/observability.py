@@ -88,6 +88,9 @@ class _JobCollector(Collector):
             for outcome, count in sorted(snapshot.push.items()):
                 pushes.add_metric([outcome], count)
             yield pushes
+            yield CounterMetricFamily("tasks_backend_audit_write_failures",
+                                      "Audit entries not written (Redis refused or could not take them; each is "
+                                      "logged)", value=snapshot.audit.get("write_failures", 0.0))
         yield from self._gate()
         depth = queue_depth(self.runtime)
         if depth is not None:

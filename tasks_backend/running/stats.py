@@ -52,6 +52,8 @@ class Snapshot:
     parked: int
     running: int
     push: dict[str, float]
+    #: the audit trail's counters (`write_failures`: entries Redis refused or could not take)
+    audit: dict[str, float]
 
 
 def _bucket(seconds: float) -> str:
@@ -179,9 +181,9 @@ class JobStats:
 
     def snapshot(self) -> Snapshot:
         pipe = self.redis.pipeline(transaction=False)
-        for name in ("jobs", "sweeps", "push"):
+        for name in ("jobs", "sweeps", "push", "audit"):
             pipe.hgetall(self.keys.stats(name))
-        jobs_raw, sweeps_raw, push_raw = pipe.execute()
+        jobs_raw, sweeps_raw, push_raw, audit_raw = pipe.execute()
         outcomes: dict[tuple[str, str], float] = {}
         per_op: dict[str, dict[str, float]] = {}
         for field, value in jobs_raw.items():
@@ -193,7 +195,8 @@ class JobStats:
         now = self.redis_now_ms()
         return Snapshot(outcomes, {op: _histogram(v) for op, v in per_op.items()},
                         {str(k): float(v) for k, v in sweeps_raw.items()}, self.parked_now(now),
-                        self.running_now(now), {str(k): float(v) for k, v in push_raw.items()})
+                        self.running_now(now), {str(k): float(v) for k, v in push_raw.items()},
+                        {str(k): float(v) for k, v in audit_raw.items()})
 
 
 def _split(field: str) -> tuple[str, str, str]:

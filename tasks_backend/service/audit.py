@@ -20,7 +20,8 @@ from ..access.auth import Principal
 from ..config import Settings, parse_duration
 from ..errors import BadRequest, StoreUnavailable
 from ..model.domain import rfc3339
-from ..store.audit import AuditEntry, AuditStore
+from ..running.stats import JobStats
+from ..store.audit import AuditEntry, AuditNotWritten, AuditStore
 from ..store.jobs import RedisStore
 from .cursors import valid_id
 from .reads import MAX_PAGE, as_principal
@@ -39,6 +40,7 @@ _BATCH = 500
 class Audit:
     def __init__(self, store: RedisStore, settings: Settings) -> None:
         self.entries = AuditStore(store)
+        self._stats = JobStats(store)
         self.retention_ms = max(1, int(settings.audit_retention_s * 1000))
 
     def record(self, principal: Principal | str, action: str, *, job_id: str | None = None,
@@ -46,8 +48,9 @@ class Audit:
         """Write one entry: `principal` did `action` on job `job_id` (or on `target`: a schedule's name, a push
         config's id, a new job's id) belonging to `owner`. The address and request id are the current request's.
 
-        Called after the action took effect: a failure to write is logged, never turned into a failed answer to
-        an action that was done."""
+        Called after the action took effect: a failure to write is logged (what, by whom, on what: never the
+        detail) and counted (`tasks_backend_audit_write_failures` in /metrics), never turned into a failed answer
+        to an action that was done."""
         name = as_principal(principal).name
         context = request.current()
         fields = {"principal": name, "action": action, "job_id": job_id or "", "target": target or "",
@@ -55,8 +58,11 @@ class Audit:
                   "address": context.address if context else "", "request_id": context.request_id if context else ""}
         try:
             self.entries.append(fields, retention_ms=self.retention_ms)
-        except StoreUnavailable:
-            log.error("audit entry not written: %s by %s (job %s, %s)", action, name, job_id or "-", target or "-")
+        except (StoreUnavailable, AuditNotWritten) as exc:
+            why = exc.reason if isinstance(exc, AuditNotWritten) else "the store is unreachable"
+            log.error("audit entry not written: %s by %s (job %s, %s, request %s): %s", action, name, job_id or "-",
+                      target or "-", fields["request_id"] or "-", why)
+            self._stats.add_counts("audit", {"write_failures": 1})
 
     def query(self, who: Principal | str, *, job: str | None = None, principal: str | None = None,
               since: str | None = None, cursor: str | None = None,

@@ -65,7 +65,8 @@ class Bulk:
                   "keepSteps": body.get("keepSteps", False)}
         record, outcome = self._submit(principal, BULK, params, idempotency_key, None, Timing(), None)
         if outcome is SubmitOutcome.CREATED:
-            self.audit.record(principal, "jobs.bulk", target=record.id,
+            # Owned as the bulk job is: its owner reads the entry in their own trail, as for any other action.
+            self.audit.record(principal, "jobs.bulk", target=record.id, owner=record.owner,
                               detail=f"{action}{' (dry run)' if params['dryRun'] else ''}")
         return record, outcome
 

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from .connect import redis_errors
 from .jobs import RedisStore
 
@@ -25,6 +27,15 @@ MAX_JOB_ENTRIES = 1_000
 #: The entry's fields as stored (short: one copy per stream) -> `AuditEntry` attribute.
 _FIELDS = {"p": "principal", "a": "action", "ip": "address", "j": "job_id", "t": "target", "o": "owner",
            "d": "detail", "r": "request_id"}
+
+
+class AuditNotWritten(Exception):
+    """Redis refused the entry in some of its streams (a key of another type there, a script error); the streams
+    named in `streams` lack it, the others have it."""
+
+    def __init__(self, streams: list[str], reason: str) -> None:
+        super().__init__(f"{reason} ({len(streams)} stream(s))")
+        self.streams, self.reason = streams, reason
 
 
 @dataclass(frozen=True)
@@ -69,15 +80,37 @@ class AuditStore:
 
         # The system's stream first: its entry id is then asked of the others, so that one entry has one id in
         # every view (a stream that already holds a later id, on another Cluster node's clock, makes its own).
+        # A stream Redis refuses the entry in does not keep it from the others.
+        refused: list[str] = []
+        reason = ""
         system_key, system_cap = streams[0]
-        entry_id = self.scripts.call("audit.append", [system_key], uid, max(1, retention_ms), system_cap, "",
-                                     *flat)
+        try:
+            entry_id = self.scripts.call("audit.append", [system_key], uid, max(1, retention_ms), system_cap, "",
+                                         *flat)
+        except redis.ResponseError as exc:
+            refused.append(system_key)
+            entry_id, reason = "", _reason(exc)
         if len(streams) > 1:
             def build(pipe: Any) -> None:
                 for key, cap in streams[1:]:  # one command each: they live in different Redis Cluster slots
                     self.scripts.queue(pipe, "audit.append", [key], uid, max(1, retention_ms), cap, entry_id, *flat)
 
-            self.scripts.run(build)
+            try:
+                self.scripts.run(build)
+            except redis.ResponseError as exc:  # every command was sent: only the refused ones lack the entry
+                refused += [key for key, _ in streams[1:] if not self._holds(key, uid)]
+                reason = reason or _reason(exc)
+        if refused:
+            raise AuditNotWritten(refused, reason)
+
+    def _holds(self, key: str, uid: str) -> bool:
+        """Whether stream `key` ends with the entry `uid` (False for a key that is no stream)."""
+        try:
+            with redis_errors():
+                last = self.redis.xrevrange(key, "+", "-", count=1)
+        except redis.ResponseError:
+            return False
+        return bool(last) and last[0][1].get("uid") == uid
 
     def stream(self, *, job_id: str | None = None, owner: str | None = None) -> str:
         """The stream to read: the job's, else the owner's, else the system's."""
@@ -97,3 +130,9 @@ class AuditStore:
         with redis_errors():
             seconds, micros = self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _reason(exc: redis.ResponseError) -> str:
+    """What Redis said, without the script's name and place (`WRONGTYPE ...`, or the script's error)."""
+    text = str(exc)
+    return text.rsplit(": ", 1)[-1][:200] if "script" in text else text[:200]

@@ -335,3 +335,46 @@ def ask_routed(ctx: JobContext, to: list[str], deadline_s: float | None, on_time
     deadline = timedelta(seconds=deadline_s) if deadline_s is not None else None
     answer = ctx.ask("approve", "Approve the refund?", APPROVAL_FORM, to=to, deadline=deadline, on_timeout=on_timeout)
     return {"approval": answer}
+
+
+class AskThenStepParams(Schema):
+    ledger = fields.String(required=True)
+    deadline_s = fields.Float(required=True)
+    on_timeout = fields.Raw(required=True)
+
+
+@job("test.ask_then_step", params=AskThenStepParams, ttl=600, poll_interval=0.1)
+def ask_then_step(ctx: JobContext, ledger: str, deadline_s: float, on_timeout: Any) -> dict[str, Any]:
+    """Asks bob `approve` with a deadline, then records one effect as a step: what a deadline's answer leads to.
+    Every run notes its start."""
+    _append(ledger, {"event": "start", "pid": os.getpid()})
+    answer = ctx.ask("approve", "Approve the refund?", APPROVAL_FORM, to=["principal:bob"],
+                     deadline=timedelta(seconds=deadline_s), on_timeout=on_timeout)
+    ctx.step("after", lambda: _append(ledger, {"event": "effect", "answer": answer}) or True)
+    return {"approval": answer}
+
+
+class FailsAtThirdParams(Schema):
+    ledger = fields.String(required=True)
+    switch = fields.String(required=True)
+    gate = fields.String(required=True)
+
+
+@job("test.fails_at_third", params=FailsAtThirdParams, ttl=600, poll_interval=0.1)
+def fails_at_third(ctx: JobContext, ledger: str, switch: str, gate: str) -> dict[str, Any]:
+    """Three recorded steps, each with one effect; the third fails unless the file `switch` exists, and otherwise
+    waits (without a cancellation point) for the file `gate` before its effect. Each start of the third step is
+    noted with the pid running it."""
+    def third() -> int:
+        _append(ledger, {"event": "third", "pid": os.getpid(), "job": ctx.job_id})
+        if not Path(switch).exists():
+            raise RuntimeError("the third step fails until switched")
+        while not Path(gate).exists():
+            time.sleep(0.01)
+        _append(ledger, {"event": "effect", "step": 2, "job": ctx.job_id})
+        return 2
+
+    for i in range(2):
+        ctx.step(f"s{i}", lambda i=i: _append(ledger, {"event": "effect", "step": i, "job": ctx.job_id}) or i)
+    ctx.step("s2", third)
+    return {"steps": 3}

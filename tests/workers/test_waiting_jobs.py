@@ -1,30 +1,20 @@
 """Waiting jobs over real worker processes and real HTTP: twenty 30-second sleepers on two worker slots while other
-jobs run, and a parent waiting for three children that survives a SIGKILL of its worker (each child runs once)."""
+jobs run, a parent waiting for three children that survives a SIGKILL of its worker (each child runs once), and a
+question's deadline that passes while its worker and both sweepers are SIGKILLed (its answer taken once)."""
 
 from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tasks_backend.model.domain import JobState
-from tests.conftest import Serve, make_settings, wait_until
+from tests.conftest import wait_until
 from tests.support.deployment import Deployment
-
-
-@pytest.fixture
-def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
-    d = Deployment(make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2), tmp_path, serve)
-    failed = True
-    try:
-        yield d
-        failed = False
-    finally:
-        d.close(show_logs=failed)
+from tests.support.procs import sweeper_process
 
 
 def test_twenty_sleepers_hold_none_of_two_worker_slots(deployment: Deployment, tmp_path: Path) -> None:
@@ -78,3 +68,44 @@ def test_a_parent_survives_a_sigkill_of_its_worker_and_each_child_runs_once(
     assert sorted(e["index"] for e in lines(ledger) if e["event"] == "child") == [0, 1, 2]
     listed = deployment.http.get("/v1/jobs", params={"parent": parent}).json()["jobs"]
     assert sorted(j["taskId"] for j in listed) == sorted(done["result"]["children"])
+
+
+@pytest.mark.parametrize("on_timeout", [{"approved": False}, "fail"], ids=["default-answer", "fail"])
+def test_a_question_deadline_passes_through_sigkills_and_takes_effect_once(
+        deployment: Deployment, tmp_path: Path, on_timeout: Any) -> None:
+    """The worker and both sweepers are SIGKILLed while the job asks; the deadline passes with nothing alive to see
+    it; two sweepers start again (each may time the question out) and then a worker: the job goes on with the
+    default answer, or fails, once, and the step after the question runs once (or never)."""
+    ledger, store = tmp_path / "ledger", deployment.runtime.store
+    sweepers = [sweeper_process(deployment.settings, tmp_path / f"sweeper{i}.log") for i in (1, 2)]
+    deployment.procs += sweepers
+    first = deployment.worker("w1")
+    job_id = deployment.submit("test.ask_then_step", {"ledger": str(ledger), "deadline_s": 3,
+                                                      "on_timeout": on_timeout})
+    wait_until(lambda: deployment.state(job_id) is JobState.INPUT_REQUIRED, 20, message="the question")
+    asked = store.get(job_id)
+    assert asked is not None and asked.input_requests
+    due = int(asked.input_requests["approve"]["params"]["_meta"]["io.tasks-backend/question"]["deadlineMs"])
+    for proc in (first, *sweepers):
+        proc.kill_group(signal.SIGKILL)
+        proc.popen.wait(10)
+    assert store.now_ms() < due, "the processes were killed after the deadline"
+    wait_until(lambda: store.now_ms() > due + 300, 15, interval=0.1, message="the deadline to pass")
+    assert deployment.state(job_id) is JobState.INPUT_REQUIRED  # nothing alive has seen it
+    deployment.procs += [sweeper_process(deployment.settings, tmp_path / f"sweeper{i}.log") for i in (3, 4)]
+    wait_until(lambda: deployment.state(job_id) is not JobState.INPUT_REQUIRED, 15, interval=0.1,
+               message="a restarted sweeper to time the question out")
+    deployment.worker("w2")
+    done = deployment.finished(job_id, 30)
+    effects = [e for e in lines(ledger) if e["event"] == "effect"]
+    if on_timeout == "fail":
+        assert done["status"] == "failed" and "approve" in done["error"]["message"], done
+        assert effects == []
+    else:
+        assert done["status"] == "completed" and done["result"] == {"approval": on_timeout}, done
+        assert effects == [{"event": "effect", "answer": on_timeout}]
+    assert done["answeredBy"]["approve"]["by"] == "timeout"
+    # One answer recorded, one resume from input in the job's history.
+    feed = [fields for _, fields in store.redis.xrange(store.keys.events(job_id))]
+    assert sum(f.get("m") == "Input received; resuming." for f in feed) == 1, feed
+    assert [f["s"] for f in feed].count(done["status"]) == 1, feed

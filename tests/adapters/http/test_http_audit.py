@@ -3,6 +3,7 @@ what, on which job, when, in which request), whichever protocol it came by; who 
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tasks_backend.service.runtime import build_runtime
 from tests.adapters.a2a.test_a2a import rpc
 from tests.adapters.mcp.clients.rpc import Modern
 from tests.adapters.ui.test_ui_sessions import sign_in
@@ -168,3 +170,41 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_recorded(serve: Serve, 
         forwarded = {**alice, "X-Forwarded-For": "198.51.100.9, 203.0.113.7"}  # the left one is the client's say
         assert proxied.post(f"/v1/jobs/{job_id}/cancel", headers=forwarded).status_code == 202
         assert [e["address"] for e in audit(proxied, alice, job=job_id)] == ["203.0.113.7"]
+
+
+def _audit_failures(http: httpx.Client) -> float:
+    found = re.search(r"^tasks_backend_audit_write_failures_total (\S+)$", http.get("/metrics", headers=OPS).text,
+                      re.M)
+    return float(found[1]) if found else 0.0
+
+
+@pytest.mark.parametrize("broken", ["system", "job"])
+def test_an_audit_write_that_fails_leaves_the_action_done_answered_logged_and_counted(
+        serve: Serve, redis_base: str, broken: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An audit stream holding a value of the wrong type makes Redis refuse the entry after the cancel (or the
+    rerun) took effect: the caller gets the action's own answer, the failure is logged (no token in it) and
+    counted in /metrics, and the streams that can take the entry still get it."""
+    settings = make_settings(redis_base)  # no worker serves its queue: the job stays queued until cancelled
+    store = build_runtime(settings).store
+    alice = bearer("alice-token")
+    with httpx.Client(base_url=serve(settings), timeout=10) as http:
+        job_id = submit(http, alice)
+        key = store.keys.audit() if broken == "system" else store.keys.audit_job(job_id)
+        store.redis.set(key, "not a stream", px=600_000)
+        before = _audit_failures(http)
+        with caplog.at_level(logging.ERROR):
+            cancelled = http.post(f"/v1/jobs/{job_id}/cancel", headers=alice)
+            assert cancelled.status_code == 202, cancelled.text
+            assert http.get(f"/v1/jobs/{job_id}", headers=alice).json()["status"] == "cancelled"
+            rerun = http.post(f"/v1/jobs/{job_id}/rerun", headers={**alice, "Idempotency-Key": "once"})
+            assert rerun.status_code == 202, rerun.text
+            again = http.post(f"/v1/jobs/{job_id}/rerun", headers={**alice, "Idempotency-Key": "once"})
+            assert again.status_code == 202 and again.json()["taskId"] == rerun.json()["taskId"]
+        failures = [r for r in caplog.records if "audit entry not written" in r.getMessage()]
+        assert {r.getMessage().split(":")[1].split()[0] for r in failures} >= {"job.cancel", "job.rerun"}
+        assert "alice-token" not in caplog.text
+        assert _audit_failures(http) >= before + 2
+        # The streams that were not broken hold both entries all the same (the owner's, and the job's).
+        assert [e["action"] for e in audit(http, alice) if e.get("jobId") == job_id] == ["job.rerun", "job.cancel"]
+        if broken == "system":
+            assert [e["action"] for e in audit(http, alice, job=job_id)] == ["job.rerun", "job.cancel"]

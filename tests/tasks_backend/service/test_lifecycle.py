@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import re
 import secrets
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 
 from tasks_backend import Principal, SubmitOutcome
 from tasks_backend.config import Settings
+from tasks_backend.devtools.receivers import Receiver
 from tasks_backend.errors import JobNotFound
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import ALICE, wait_until
+from tests.adapters.ui.test_ui_sessions import sign_in
+from tests.conftest import ALICE, BOB, Serve, wait_until
 from tests.support.procs import worker_process
+from tests.tasks_backend.remote.conftest import RemoteDeployment, remote_settings
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -126,10 +132,119 @@ def test_every_key_the_product_writes_has_a_ttl(runtime: Runtime, client: Any, t
     wait_until(lambda: ticker.tick_once() and schedules.jobs_of(alice, name)[0], message="a tick's job")
     schedules.pause(alice, name)
     schedules.delete(alice, f"{name}-gone")
+    assert keys_without_ttl(runtime) == []
+
+
+def keys_without_ttl(runtime: Runtime) -> list[str]:
+    """The keys under the runtime's prefix that exist and have no TTL (there are more than a few keys at all)."""
     keys = list(runtime.store.redis.scan_iter(match=f"{runtime.settings.key_prefix}:*", count=1000))
     assert len(keys) > 10
-    no_ttl = [k for k in keys if runtime.store.redis.pttl(k) < 0 and runtime.store.redis.exists(k)]
-    assert no_ttl == []
+    return sorted(k for k in keys if runtime.store.redis.pttl(k) < 0 and runtime.store.redis.exists(k))
+
+
+def test_every_key_of_operations_questions_timing_webhooks_and_remotes_has_a_ttl(
+        redis_base: str, tmp_path: Path, serve: Serve) -> None:
+    """Worker and sweeper processes of the test's own, everything over real HTTP: remote tasks against this
+    deployment itself, delayed, prioritised and concurrency-limited jobs, a webhook and its owner's secret, routed
+    questions with deadlines, one-time links (used, revoked), reruns keeping steps, bulk actions, schedules, a
+    sign-in and the audit trail; then every key under the deployment's prefix has a TTL."""
+    d = RemoteDeployment(remote_settings(redis_base), tmp_path, serve)
+    failed = True
+    try:
+        exercise(d, tmp_path)
+        failed = False
+    finally:
+        d.close(show_logs=failed)
+    assert keys_without_ttl(d.runtime) == []
+
+
+def exercise(d: RemoteDeployment, tmp: Path) -> None:
+    d.worker("w", concurrency=4)
+    d.sweeper()
+    http, receiver = d.http, Receiver()
+    jobs = [d.submit("test.remote_tool", {"url": d.url + "/mcp", "tool": "demo.sleep",
+                                          "arguments": {"seconds": 2, "steps": 2}}),
+            d.submit("test.remote_message", {"url": d.url + "/a2a", "message": {
+                "operation": "demo.sleep", "params": {"seconds": 2, "steps": 2}}})]
+    soon, hold = (datetime.now(UTC) + timedelta(seconds=3)).isoformat(), tmp / "hold"
+    for body in ({"operation": "test.noop", "params": {}, "delayMs": 300, "priority": 5},
+                 {"operation": "test.noop", "params": {}, "runAt": soon},
+                 *({"operation": "test.limited", "params": {"ledger": str(tmp / "limited"), "customer_id": "c1",
+                                                            "hold": str(hold)}} for _ in range(3))):
+        reply = http.post("/v1/jobs", json=body)
+        assert reply.status_code == 202, reply.text
+        jobs.append(reply.json()["taskId"])
+    assert http.get("/v1/webhook-secret").status_code == 200
+    assert http.post("/v1/webhook-secret", json={"graceSeconds": 60}).status_code == 200
+    hooked = http.post("/v1/jobs", json={"operation": "test.noop", "params": {}, "webhook": {"url": receiver.url}})
+    assert hooked.status_code == 202, hooked.text
+    jobs.append(hooked.json()["taskId"])
+
+    # Questions: to bob and the finance role, answered through a one-time link; another whose deadline passes;
+    # a third whose link is revoked before its job is cancelled.
+    linked = d.submit("test.ask_routed", {"to": ["principal:bob", "role:finance"], "deadline_s": 60})
+    timed_out = d.submit("test.ask_routed", {"to": ["principal:bob"], "deadline_s": 0.5,
+                                             "on_timeout": {"approved": False}})
+    revoked = d.submit("test.ask_routed", {"to": ["role:finance"], "deadline_s": 60})
+    for job_id in (linked, revoked):
+        wait_until(lambda job_id=job_id: d.state(job_id) is JobState.INPUT_REQUIRED, 20, message="a question")
+    assert {q["jobId"] for q in http.get("/v1/questions", headers=BOB).json()["questions"]} >= {linked}
+    # While remote tasks, questions, links, held and delayed jobs wait, their keys have TTLs too.
+    wait_until(lambda: all(d.state(j) is JobState.SUSPENDED for j in jobs[:2]), 20, message="the remote jobs to park")
+    assert http.post(f"/v1/jobs/{revoked}/questions/approve/link").status_code == 201
+    assert d.state(jobs[3]) is JobState.QUEUED  # its runAt is still ahead
+    assert keys_without_ttl(d.runtime) == []
+    hold.touch()
+    link = http.post(f"/v1/jobs/{linked}/questions/approve/link").json()
+    path = "/ui/answer/" + link["url"].rsplit("/", 1)[1]
+    csrf = re.search(r'name="csrf" value="([^"]+)"', http.get(path).text)
+    assert csrf and http.post(path, data={"csrf": csrf[1], "approve.approved": "true"}).status_code == 200
+    assert http.delete(f"/v1/jobs/{revoked}/questions/approve/link").status_code == 204
+    assert http.post(f"/v1/jobs/{revoked}/cancel").status_code == 202
+    jobs += [linked, timed_out, revoked]
+
+    # Failures, a rerun keeping steps, bulk reruns and a bulk cancel.
+    switch = tmp / "switch"
+    failing = [d.submit("test.fails_until", {"ledger": str(tmp / "ledger"), "switch": str(switch), "key": i})
+               for i in range(3)]
+    for job_id in failing:
+        assert d.finished(job_id)["status"] == "failed"
+    switch.touch()
+    rerun = http.post(f"/v1/jobs/{failing[0]}/rerun", json={"keepSteps": True}, headers={"Idempotency-Key": "r1"})
+    assert rerun.status_code == 202, rerun.text
+    spinning = d.submit("test.spin", {"ledger": str(tmp / "spin")})
+    wait_until((tmp / "spin").exists, 20, message="the spinning job to start")
+    bulks = []
+    for body in ({"action": "rerun", "filter": {"status": "failed", "operation": "test.fails_until"}},
+                 {"action": "cancel", "filter": {"status": "working", "operation": "test.spin"}, "dryRun": True},
+                 {"action": "cancel", "filter": {"status": "working", "operation": "test.spin"}}):
+        reply = http.post("/v1/jobs/bulk", json=body, headers={"Idempotency-Key": f"bulk-{len(bulks)}"})
+        assert reply.status_code == 202, reply.text
+        bulks.append(reply.json()["taskId"])
+    jobs += [*failing, rerun.json()["taskId"], spinning, *bulks]
+
+    # Schedules: one ticks, is paused; another is deleted.
+    for name in ("tick", "gone"):
+        made = http.post("/v1/schedules", json={"name": name, "operation": "test.noop", "params": {},
+                                                "everySeconds": 1})
+        assert made.status_code == 201, made.text
+    wait_until(lambda: http.get("/v1/jobs", params={"schedule": "tick"}).json()["jobs"], 20,
+               message="a tick's job")
+    assert http.post("/v1/schedules/tick/pause").status_code == 200
+    assert http.delete("/v1/schedules/gone").status_code == 204
+    with httpx.Client(base_url=d.url, timeout=10) as page:
+        assert sign_in(page, "alice-token").status_code == 303
+
+    for job_id in jobs:
+        assert d.finished(job_id, 60)["status"] in ("completed", "failed", "cancelled")
+    assert d.job(timed_out)["result"] == {"approval": {"approved": False}}
+    assert d.finished(bulks[0])["result"]["done"] == 3
+    wait_until(lambda: receiver.calls, 20, message="the webhook delivery")
+    audited = {e["action"] for e in http.get("/v1/audit", params={"limit": 200}).json()["entries"]}
+    assert {"job.cancel", "job.answer", "job.rerun", "jobs.bulk", "schedule.create", "schedule.pause",
+            "schedule.delete", "ui.sign_in"} <= audited, audited
+    assert http.get("/v1/audit", params={"job": failing[0]}).json()["entries"]
+    receiver.close()
 
 
 def test_quick_submissions_list_newest_first_across_pages(runtime: Runtime) -> None:
