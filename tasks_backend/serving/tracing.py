@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -85,9 +86,11 @@ class Tracing:
         """The current span as a `traceparent` (what a job stores for its worker); None when off or outside one."""
         if not self.enabled:
             return None
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier)
-        return carrier.get("traceparent")
+        context = trace.get_current_span().get_span_context()
+        if not context.is_valid:
+            return None
+        # W3C version 00, written out: the propagator's inject builds a carrier and walks the context for this.
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
     def _parent(self, parent: Context | str | None) -> Context | None:
         if isinstance(parent, str):
@@ -103,19 +106,9 @@ class Tracing:
         the jobs' control flow (parking, handing back: `BaseException`s) does not."""
         if not self.enabled:
             return _OFF
-        return self._span(name, self._parent(parent), kind, attributes, start_ns)
-
-    @contextlib.contextmanager
-    def _span(self, name: str, parent: Context | None, kind: SpanKind, attributes: Mapping[str, Any] | None,
-              start_ns: int | None) -> Iterator[Span]:
-        with self.tracer.start_as_current_span(name, context=parent, kind=kind, attributes=attributes,
+        return _Current(self.tracer.start_span(name, context=self._parent(parent), kind=kind, attributes=attributes,
                                                start_time=start_ns, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            try:
-                yield span
-            except Exception as exc:
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                raise
+                                               set_status_on_exception=False))
 
     def record(self, name: str, start_ns: int, *, parent: Context | str | None = None,
                attributes: Mapping[str, Any] | None = None, end_ns: int | None = None) -> None:
@@ -152,6 +145,27 @@ class Tracing:
     def shutdown(self) -> None:
         if self.provider is not None:
             self.provider.shutdown()
+
+
+class _Current:
+    """A started span, current while the block runs and ended after it: what the SDK's `start_as_current_span`
+    does, without its two generator-based managers (about 20 us of a traced submit, measured)."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.token: object = None
+
+    def __enter__(self) -> Span:
+        self.token = context_api.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        context_api.detach(self.token)  # type: ignore[arg-type]
+        if kind is not None and issubclass(kind, Exception):
+            self.span.set_status(Status(StatusCode.ERROR, kind.__name__))
+        self.span.end()
 
 
 def ms_to_ns(ms: int) -> int:
