@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 
 from ..config import Settings
 from ..model.domain import JobState
@@ -34,9 +35,12 @@ TIMED_OUT = json.dumps({"action": TIMEOUT_ACTION})
 
 
 class Waker:
-    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 500) -> None:
+    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 500,
+                 audit: Callable[..., None] | None = None) -> None:
         self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
         self.gate = DispatchGate(store, dispatcher, settings)
+        #: Writes an audit entry (the service's `Audit.record`, wired by the runtime): a deadline's answer.
+        self.audit = audit
 
     def wake(self, job_id: str, token: int | None, operation: str) -> Woken:
         """Make a waiting job runnable again: queue it (if it still waits, since the run that holds `token`
@@ -103,6 +107,9 @@ class Waker:
         if due:
             outcome, _ = self.store.provide_input(job_id, record.owner, due, by=TIMEOUT_ACTION,
                                                   sweep_in_ms=int(1000 * self.settings.queued_grace_s))
+            if self.audit is not None and outcome in (Answered.QUEUED, Answered.WAITING):  # as a person's is
+                self.audit(TIMEOUT_ACTION, "job.answer", job_id=job_id, owner=record.owner,
+                           detail=",".join(f"{key}:{TIMEOUT_ACTION}" for key in sorted(due)))
             if outcome is Answered.QUEUED:
                 self.gate.resume(job_id, record.operation)
                 return None

@@ -67,7 +67,7 @@ class Runtime:
         return record.id
 
     def waker(self) -> Waker:
-        return Waker(self.store, self.dispatcher, self.settings)
+        return Waker(self.store, self.dispatcher, self.settings, audit=self.service.audit.record)
 
     def push(self) -> PushStore:
         """The push subscriptions beside the jobs: one per process, as making one registers

@@ -9,7 +9,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.running.waking import Waker
 from tasks_backend.service.runtime import Runtime
 from tests.adapters.a2a.test_a2a import rpc
 from tests.adapters.mcp.clients.rpc import Legacy, Modern
@@ -104,6 +103,9 @@ def test_a_deadline_goes_on_with_the_default_answer(http: httpx.Client) -> None:
     done = finished(http, job_id)
     assert done["status"] == "completed" and done["result"] == {"approval": {"approved": False}}
     assert done["answeredBy"]["approve"]["by"] == "timeout"
+    # The deadline's answer is on the audit trail as a person's would be, by "timeout".
+    [entry] = audit_of(http, job_id)
+    assert (entry["principal"], entry["owner"], entry["detail"]) == ("timeout", "alice", "approve:timeout"), entry
     late = answer(http, job_id, BOB)
     assert late.status_code == 409 and late.json()["type"].endswith("/not-waiting-for-input"), late.text
 
@@ -190,7 +192,7 @@ def test_a_deadline_fires_once_however_many_wakers_see_it(http: httpx.Client, ru
     record = runtime.store.get(job_id)
     assert record is not None and record.input_requests
     due = int(record.input_requests["approve"]["params"]["_meta"]["io.tasks-backend/question"]["deadlineMs"])
-    waker = Waker(runtime.store, runtime.dispatcher, runtime.settings)
+    waker = runtime.waker()
     assert waker.time_out_questions(job_id, due - 1) == due  # not yet: look again at the deadline
     assert http.get(f"/v1/jobs/{job_id}", headers=ALICE).json()["status"] == "input_required"
     # Two wakers at once past the deadline: one answer is recorded, the job goes on once.
@@ -198,6 +200,7 @@ def test_a_deadline_fires_once_however_many_wakers_see_it(http: httpx.Client, ru
     assert waker.time_out_questions(job_id, due + 1) is None
     done = finished(http, job_id)
     assert done["status"] == "completed" and done["result"] == {"approval": {"approved": False}}
+    assert len(audit_of(http, job_id)) == 1
     assert answer(http, job_id, BOB).status_code == 409
 
 
