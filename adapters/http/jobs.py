@@ -157,20 +157,22 @@ def event_stream(principal: Principal, job_id: str) -> Response:
     after = request.headers.get("Last-Event-ID") or request.args.get("after") or "0-0"
     if not _is_stream_id(after):
         raise BadRequest("`Last-Event-ID` is not an event id.")
-    stream = runtime.streaming().watch(principal, job_id, after=after, max_s=runtime.settings.sse_max_s,
-                                       block_ms=STREAM_BLOCK_MS)
-    first = next(stream)  # ownership is checked here, before any byte of the stream is sent
+    # Whoever may read the job follows it, each change as the caller may see it (an addressee: `addressed`).
+    stream = runtime.streaming().watch_view(principal, job_id, after=after, max_s=runtime.settings.sse_max_s,
+                                            block_ms=STREAM_BLOCK_MS)
+    first = next(stream)  # who may read it is checked here, before any byte of the stream is sent
 
     def generate() -> Iterator[str]:
         yield sse.frame(retry_ms=1000)
-        for event_id, record in _chain(first, stream):
-            yield sse.json_frame(detailed(record), event="handle", event_id=event_id)
+        for event_id, view in _chain(first, stream):
+            body = addressed(view.record) if view.limited else detailed(view.record)
+            yield sse.json_frame(body, event="handle", event_id=event_id)
 
     # Counted as one of the principal's open streams until it ends or the client goes away.
     return sse.response(stream_with_context(runtime.limits().hold(principal, generate())))
 
 
-def _chain(first: tuple[str, JobRecord], rest: Iterator[tuple[str, JobRecord]]) -> Iterator[tuple[str, JobRecord]]:
+def _chain(first: tuple[str, JobView], rest: Iterator[tuple[str, JobView]]) -> Iterator[tuple[str, JobView]]:
     yield first
     yield from rest
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -248,3 +249,27 @@ def test_an_addressee_polls_like_the_owner_and_a_stranger_reads_a_missing_job(ht
     accepted = answer(http, job_id, BOB)
     assert accepted.status_code == 202 and "params" not in accepted.json() and accepted.json()["owner"] == "alice"
     assert finished(http, job_id)["result"] == {"approval": {"approved": True}}
+
+
+def test_the_one_asked_follows_the_job_s_events_as_far_as_the_question_needs(http: httpx.Client,
+                                                                           live_url: str) -> None:
+    """`GET /v1/jobs/{id}/events` follows the same read rule as `GET /v1/jobs/{id}`: bob's stream shows his question
+    and how the job ended, never its params or result; carol's is the plain 404."""
+    job_id = ask(http, to=["principal:bob"])
+    assert http.get(f"/v1/jobs/{job_id}/events", headers=CAROL).status_code == 404
+    seen: list[dict[str, Any]] = []
+    with httpx.Client(base_url=live_url, timeout=20) as follower, \
+            follower.stream("GET", f"/v1/jobs/{job_id}/events", headers=BOB) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            seen.append(json.loads(line[6:]))
+            if len(seen) == 1:
+                assert answer(http, job_id, BOB).status_code == 202
+            if seen[-1]["status"] == "completed":
+                break
+    first, last = seen[0], seen[-1]
+    assert first["status"] == "input_required" and list(first["inputRequests"]) == ["approve"], first
+    assert last["status"] == "completed" and last["owner"] == "alice", last
+    assert all("params" not in h and "result" not in h for h in seen), seen
