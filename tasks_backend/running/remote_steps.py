@@ -11,17 +11,19 @@ holding no worker; `remote.polling` wakes it when the task ends or asks for inpu
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+from ..errors import StoreUnavailable
+from ..model.questions import TIMEOUT_ACTION
 from ..remote.access import RemoteError
 from ..remote.client import Remotes
 from ..remote.push import push_config
 from ..remote.status import DEFAULT_POLL_MS, RemoteTaskFailed, Status
-from ..model.questions import TIMEOUT_ACTION
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -101,7 +103,14 @@ def _await_remote(ctx: _Ctx, name: str, url: str, create: Callable[[Remotes, str
         try:
             remotes.guard(url)
             ref = ctx.step(name, lambda: _create(ctx, remotes, name, url, create))
-            done = _follow(ctx, remotes, name, ref, routing)
+            try:
+                done = _follow(ctx, remotes, name, ref, routing)
+            except Exception:
+                # The job may fail with the task open (a question past its deadline, say): the watch then
+                # cancels the task, as it does a cancelled job's (it looks at a job still running later).
+                with contextlib.suppress(StoreUnavailable):
+                    store.watch_remote(ctx.job_id, 0)
+                raise
         finally:
             remotes.close()
     if "failed" in done:
@@ -139,6 +148,8 @@ def _follow(ctx: _Ctx, remotes: Remotes, name: str, ref: dict[str, Any], routing
         status = _relay_input(ctx, remotes, name, ref, status, routing)
     if status is None or not status.terminal:
         poll = (status.poll_ms if status is not None else None) or ref.get("pollMs") or DEFAULT_POLL_MS
+        if ref.get("protocol") == "mcp-2026":
+            poll = 0  # looked at at once, which starts listening to it (`remote.listening`); then at its interval
         through_outage(lambda: ctx._store.watch_remote(ctx.job_id, int(poll)), ctx._tolerance)
         ctx.check_cancelled()
         raise _Suspend(Change.waiting(f"Waiting for remote task {ref.get('taskId')} at {ref['url']}."), BACKSTOP_MS)
@@ -155,8 +166,8 @@ def _relay_input(ctx: _Ctx, remotes: Remotes, name: str, ref: dict[str, Any], st
     Returns the remote's status after sending (None: look again later)."""
     wanted = sorted(status.input_requests)
     sent = f"{name}/sent/{','.join(wanted)}"
-    if ctx._store.recorded_step(ctx.job_id, sent) is not None:
-        return None  # answered already; the remote has not moved on yet
+    if not wanted or ctx._store.recorded_step(ctx.job_id, sent) is not None:
+        return None  # nothing said yet, or answered already: the remote has not moved on yet
     local = {f"{name}/{key}": key for key in wanted}
     questions = {lk: _form(status.input_requests[rk]) for lk, rk in local.items()}
     # Parks the job until all are answered (or raises `QuestionTimedOut`, as `ctx.ask` does).

@@ -56,3 +56,14 @@ def remote_message(ctx: JobContext, url: str, message: Any, catch: bool, to: lis
                    deadline_s: float | None, on_timeout: Any) -> dict[str, Any]:
     """Sends `message` to the A2A agent at `url`."""
     return _outcome(lambda: ctx.send_message(url, message, **_routing(to, deadline_s, on_timeout)), catch)
+
+
+class SlowPollParams(Schema):
+    seconds = fields.Float(required=True)
+
+
+@job("test.slow_poll", params=SlowPollParams, ttl=600, poll_interval=30)
+def slow_poll(ctx: JobContext, seconds: float) -> dict[str, Any]:
+    """Sleeps `seconds` in its worker; its handle asks to be polled every 30 s."""
+    ctx.sleep(seconds, hold_worker=True)
+    return {"slept": seconds}

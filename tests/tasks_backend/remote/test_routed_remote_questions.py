@@ -1,7 +1,8 @@
 """A remote task's question routed as `ctx.ask(..., to=, deadline=, on_timeout=)` routes its own: this project as
 its own remote over MCP and A2A, with worker processes over real HTTP. Bob, asked, finds it in `GET /v1/questions`
 and answers it; the answer reaches the remote task and alice's job completes; carol sees neither job nor question.
-A deadline with a default answer sends that answer to the remote; one with "fail" fails the job."""
+A deadline with a default answer sends that answer to the remote; one with "fail" fails the job and cancels the
+remote task."""
 
 from __future__ import annotations
 
@@ -57,3 +58,6 @@ def test_a_remote_question_past_its_deadline_sends_the_default_or_fails(
     assert result == {"status": "rejected", "orderId": "A-1", "reason": "nobody answered"}
     failed = deployment.finished(failing, timeout=40)
     assert failed["status"] == "failed" and failed["error"]["type"] == "QuestionTimedOut", failed
+    # The failed job's remote task, still asking, is cancelled; the other one ended with the default answer.
+    wait_until(lambda: sorted(j["status"] for j in deployment.remote_jobs()) == ["cancelled", "completed"], 20,
+               interval=0.1, message="the failed job's remote task to be cancelled")
