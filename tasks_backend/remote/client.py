@@ -24,12 +24,13 @@ class Remotes:
     def guard(self, url: str) -> None:
         self.channel.guard(url)
 
-    def get(self, ref: dict[str, Any]) -> Status:
-        """How the task stands; a remote that says it has no such task (it lost it) ends it as `failed`."""
+    def get(self, ref: dict[str, Any], questions: bool = True) -> Status:
+        """How the task stands; a remote that says it has no such task (it lost it) ends it as `failed`.
+        `questions=False`: a task that asks for input need not say what (a watch only wakes its job)."""
         if "final" in ref:
             return Status.from_json(ref["final"])
         try:
-            return self.a2a.get(ref) if ref["protocol"] == "a2a" else self.mcp.get(ref)
+            return self.a2a.get(ref) if ref["protocol"] == "a2a" else self.mcp.get(ref, questions)
         except RemoteError as exc:
             if exc.code not in TASK_NOT_FOUND:
                 raise

@@ -1,6 +1,9 @@
 """An MCP server's tool as a remote task: the 2026-07-28 tasks extension where the server offers it, else
 2025-11-25 tasks, else a plain `tools/call` (whose result then comes at once).
 
+A 2025-11-25 task asks for input on its `tasks/result` stream (`elicitation/create` requests): the stream is
+opened only to read them, then closed; the answers are POSTed as JSON-RPC responses to those requests' ids.
+
 Every create carries the step's idempotency key in `_meta` ("io.tasks-backend/idempotencyKey", which this
 project's own server honours; others ignore it). A remote reference (`ref`) is a JSON object recorded as a step:
 `{"protocol", "url", "taskId", "pollMs"}`, plus `"final"` (a `Status`) when the call answered with its result.
@@ -8,23 +11,29 @@ project's own server honours; others ignore it). A remote reference (`ref`) is a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import time
 from typing import Any
 
-from .access import RemoteChannel, RemoteError
+from .access import END, RemoteChannel, RemoteError
 from .status import DEFAULT_POLL_MS, Status
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 IDEMPOTENCY_META = "io.tasks-backend/idempotencyKey"
-_MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
                 "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
 #: Requests whose `Mcp-Name` header repeats a param (the 2026-07-28 transport routes on these headers).
 _NAME_PARAMS = {"tools/call": "name", "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 _CLIENT = {"name": "tasks-backend", "version": "1"}
 #: The TTL asked of a 2025-11-25 task (ms): the server may shorten it.
 TASK_TTL_MS = 86_400_000
+#: How long a `tasks/result` stream may take to send a waiting 2025 task's first question, and how long to wait
+#: after each for another (s): the stream is read for the questions only, the task's end is read with tasks/get.
+ASK_WAIT_S, MORE_WAIT_S = 5.0, 0.5
 _STATES = {"working": "working", "input_required": "input_required", "completed": "completed",
            "failed": "failed", "cancelled": "cancelled"}
 
@@ -40,7 +49,7 @@ class McpRemote:
     def create(self, url: str, tool: str, arguments: dict[str, Any], key: str) -> dict[str, Any]:
         """Start the tool as a task on the best revision the server offers; returns the ref to record."""
         if self._modern(url):
-            params = {"name": tool, "arguments": arguments, "_meta": {**_MODERN_META, IDEMPOTENCY_META: key}}
+            params = {"name": tool, "arguments": arguments, "_meta": {**MODERN_META, IDEMPOTENCY_META: key}}
             result = self._call(url, "tools/call", params)
             if result.get("resultType") == "task" or "taskId" in result:
                 return {"protocol": "mcp-2026", "url": url, "taskId": str(result["taskId"]),
@@ -58,7 +67,7 @@ class McpRemote:
 
     def _modern(self, url: str) -> bool:
         try:
-            result = self._call(url, "server/discover", {"_meta": _MODERN_META})
+            result = self._call(url, "server/discover", {"_meta": MODERN_META})
         except RemoteError as exc:
             if exc.status is None:
                 raise  # unreachable: not a sign of an older server
@@ -79,7 +88,7 @@ class McpRemote:
             return self._sessions[url]
         result, headers = self.channel.call(url, "initialize", {
             "protocolVersion": LEGACY, "clientInfo": _CLIENT,
-            "capabilities": {"tasks": {"requests": {"elicitation": {"create": {}}}}}})
+            "capabilities": {"elicitation": {"form": {}}, "tasks": {"requests": {"elicitation": {"create": {}}}}}})
         session = headers.get("Mcp-Session-Id") or ""
         requests = ((result.get("capabilities") or {}).get("tasks") or {}).get("requests") or {}
         tasks = isinstance(requests.get("tools"), dict) and "call" in requests["tools"]
@@ -98,13 +107,17 @@ class McpRemote:
             return self.channel.call(url, method, params, _legacy_headers(session))[0]
 
     # -- follow ------------------------------------------------------------------------------
-    def get(self, ref: dict[str, Any]) -> Status:
+    def get(self, ref: dict[str, Any], questions: bool = True) -> Status:
+        """How the task stands; `questions=False`: without reading a waiting 2025 task's questions (which only
+        the job itself needs)."""
         url, task_id = ref["url"], ref["taskId"]
         if ref["protocol"] == "mcp-2026":
-            return _modern_status(self._call(url, "tasks/get", {"taskId": task_id, "_meta": _MODERN_META}))
+            return modern_status(self._call(url, "tasks/get", {"taskId": task_id, "_meta": MODERN_META}))
         task = self._legacy(url, "tasks/get", {"taskId": task_id})
         task = task.get("task", task) if isinstance(task.get("task"), dict) else task
         state = _STATES.get(str(task.get("status")), "working")
+        if state == "input_required" and questions:
+            return self._legacy_questions(ref, task)
         if state in ("completed", "failed"):
             final = _tool_result(self._legacy(url, "tasks/result", {"taskId": task_id}))
             if state == "failed" and final.state == "completed":
@@ -113,15 +126,62 @@ class McpRemote:
             return final
         return Status(state, message=task.get("statusMessage"), poll_ms=_poll_ms(task))
 
+    def _legacy_questions(self, ref: dict[str, Any], task: dict[str, Any]) -> Status:
+        """A 2025 task asking for input: its questions, read from a `tasks/result` stream (keyed by their request
+        ids). A server that sends none while the task still asks cannot be answered by a client that does not hold
+        the stream all along: the task counts as failed (and is cancelled), rather than waited on forever."""
+        url, task_id = ref["url"], ref["taskId"]
+        poll, requests = _poll_ms(task), self._read_questions(url, task_id)
+        if requests:
+            return Status("input_required", message=task.get("statusMessage"), poll_ms=poll, input_requests=requests)
+        again = self._legacy(url, "tasks/get", {"taskId": task_id})
+        if _STATES.get(str(again.get("status"))) != "input_required":
+            return Status("working", message=again.get("statusMessage"), poll_ms=poll)  # it moved on: look again
+        why = ("The remote task (MCP 2025-11-25) asks for input, but its tasks/result stream sent no "
+               "elicitation/create request to answer")
+        with contextlib.suppress(RemoteError):  # the job fails all the same; the remote ends it at its TTL
+            self.cancel(ref)
+        return Status("failed", message=why, error={"code": "input_unanswerable", "message": why})
+
+    def _read_questions(self, url: str, task_id: str) -> dict[str, Any]:
+        session, _ = self._session(url)
+        for attempt in (0, 1):
+            stream = self.channel.stream(url, "tasks/result", {"taskId": task_id}, _legacy_headers(session),
+                                         read_s=ASK_WAIT_S + MORE_WAIT_S)
+            requests: dict[str, Any] = {}
+            try:
+                deadline = time.monotonic() + ASK_WAIT_S
+                while True:
+                    message = stream.next(MORE_WAIT_S if requests else deadline - time.monotonic())
+                    if message is None or message is END or message.get("id") == stream.id:
+                        break  # quiet long enough, ended, or the task's result (whose end tasks/get reads)
+                    if message.get("method") == "elicitation/create" and "id" in message:
+                        requests[str(message["id"])] = {"method": "elicitation/create",
+                                                        "params": message.get("params") or {}}
+            finally:
+                stream.close()
+            if requests or attempt or stream.status not in (400, 404):
+                return requests
+            session, _ = self._session(url, fresh=True)  # the session expired: open another
+        return {}
+
     def answer(self, ref: dict[str, Any], responses: dict[str, Any]) -> None:
+        if ref["protocol"] == "mcp-2025":
+            session, _ = self._session(ref["url"])
+            for key, response in responses.items():
+                status = self.channel.send(ref["url"], {"id": _request_id(key), "result": response},
+                                           _legacy_headers(session))
+                if status >= 400:
+                    raise RemoteError(f"{ref['url']} refused the answer with HTTP {status}", status=status)
+            return
         if ref["protocol"] != "mcp-2026":
-            raise RemoteError("answers can be sent to 2026-07-28 tasks only")
+            raise RemoteError("answers can be sent to 2026-07-28 and 2025-11-25 tasks only")
         self._call(ref["url"], "tasks/update", {"taskId": ref["taskId"], "inputResponses": responses,
-                                                "_meta": _MODERN_META})
+                                                "_meta": MODERN_META})
 
     def cancel(self, ref: dict[str, Any]) -> None:
         if ref["protocol"] == "mcp-2026":
-            self._call(ref["url"], "tasks/cancel", {"taskId": ref["taskId"], "_meta": _MODERN_META})
+            self._call(ref["url"], "tasks/cancel", {"taskId": ref["taskId"], "_meta": MODERN_META})
         elif ref["protocol"] == "mcp-2025":
             self._legacy(ref["url"], "tasks/cancel", {"taskId": ref["taskId"]})
 
@@ -133,12 +193,17 @@ def _legacy_headers(session: str, initialized: dict[str, Any] | None = None) -> 
     return headers
 
 
+def _request_id(key: str) -> str | int:
+    """The id of the `elicitation/create` request a question was keyed by (an integer id keyed as its digits)."""
+    return int(key) if re.fullmatch(r"-?\d+", key) else key
+
+
 def _poll_ms(task: dict[str, Any]) -> int:
     value = task.get("pollIntervalMs", task.get("pollInterval"))
     return int(value) if isinstance(value, int | float) and value > 0 else DEFAULT_POLL_MS
 
 
-def _modern_status(task: dict[str, Any]) -> Status:
+def modern_status(task: dict[str, Any]) -> Status:
     state = _STATES.get(str(task.get("status")), "working")
     poll, message = _poll_ms(task), task.get("statusMessage")
     if state == "completed":

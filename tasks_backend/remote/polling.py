@@ -3,6 +3,7 @@
 `RemotePoller.poll_due` reads the remote schedule (`keys.remote_due`, Redis time); for each job due it asks the
 remote how its task stands and wakes the job (`Waker.wake`) once the task ended or asks for input; the job then
 records the end itself. A job that was cancelled or failed while its remote task ran gets that task cancelled.
+A 2026-07-28 MCP task is also listened to (`listening`), which brings its next look forward.
 It runs in every worker's main process and every sweeper; two looking at once cost a second GET, no more.
 """
 
@@ -21,6 +22,7 @@ from ..store.jobs import RedisStore
 from ..store.remotes import DONE
 from .access import RemoteError
 from .client import Remotes
+from .listening import Listener
 from .status import DEFAULT_POLL_MS
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ class RemotePoller:
     def __init__(self, store: RedisStore, waker: Waker, settings: Settings, batch: int = 100) -> None:
         self.store, self.waker, self.batch = store, waker, batch
         self.remotes = Remotes(settings)
+        #: Told of 2026-07-28 MCP tasks' changes where their server notifies them (`subscriptions/listen`).
+        self.listener = Listener(store, settings)
 
     def poll_due(self) -> int:
         """Look at every job due now; returns how many were woken."""
@@ -72,13 +76,15 @@ class RemotePoller:
         if waiting.state is JobState.COMPLETED:
             return None, False
         step, ref = open_[-1]
+        if ref.get("protocol") == "mcp-2026" and ref.get("taskId") and "final" not in ref:
+            self.listener.follow(ref["url"], str(ref["taskId"]), job_id)
         if self.store.recorded_step(job_id, step + DONE) is not None:
             self.store.forget_remote(job_id, step)  # the job recorded the end but died before forgetting it
             return 0, False
         if waiting.state is not JobState.SUSPENDED:
             return IDLE_LOOK_MS, False
         try:
-            status = self.remotes.get(ref)
+            status = self.remotes.get(ref, questions=False)
         except (RemoteError, TasksBackendError) as exc:
             log.info("remote task %s at %s unreadable: %s", ref.get("taskId"), ref.get("url"), exc)
             return RETRY_MS, False
@@ -94,5 +100,6 @@ class RemotePoller:
 
             repeat(stop, one_pass, every_s=INTERVAL_S, name="remote poll", logger=log)
         finally:
+            self.listener.close()
             with contextlib.suppress(Exception):
                 self.remotes.close()
