@@ -86,6 +86,12 @@ def rpc_codes() -> dict[str, Codes]:
 
 
 @functools.cache
+def rpc_protocols() -> dict[str, str]:
+    """JSON-RPC endpoint -> the name of its protocol (read on every traced request: built once)."""
+    return {path: a.name for a in registered() for path in sorted(a.rpc_paths)}
+
+
+@functools.cache
 def session_paths() -> Callable[[str], bool]:
     """Whether an adapter knows the caller of a path by its own session (not a bearer header); asked on
     every request, so the one adapter that has sessions (the web page) is asked directly."""
@@ -124,7 +130,7 @@ class RpcPaths(Mapping[str, str]):
     """JSON-RPC endpoint -> the name of its protocol, read when first used."""
 
     def _paths(self) -> dict[str, str]:
-        return {path: a.name for a in registered() for path in sorted(a.rpc_paths)}
+        return rpc_protocols()
 
     def __getitem__(self, path: str) -> str:
         return self._paths()[path]
