@@ -32,6 +32,11 @@ class TargetRefused(InvalidParams):
     message = "The push notification URL is not allowed."
 
 
+class TargetUnresolved(TargetRefused):
+    """The host does not resolve, now: refused to whoever supplies the URL, a passing fault to a delivery or a
+    remote call made later (DNS may answer again)."""
+
+
 def system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)))
 
@@ -59,9 +64,9 @@ def checked_addresses(host: str, port: int, allow_private: bool, resolve: Resolv
     try:
         addresses = list(resolve(host, port))
     except (OSError, UnicodeError) as exc:
-        raise TargetRefused("The push notification host does not resolve.") from exc
+        raise TargetUnresolved("The push notification host does not resolve.") from exc
     if not addresses:
-        raise TargetRefused("The push notification host does not resolve.")
+        raise TargetUnresolved("The push notification host does not resolve.")
     if not allow_private and not all(_allowed(a) for a in addresses):
         raise TargetRefused("The push notification URL points at a loopback, link-local, private or other "
                             "special-purpose address; the server is not configured to allow that.")

@@ -19,7 +19,15 @@ from typing import Any
 import httpx
 
 from ..config import Settings
-from ..push.targets import PinnedTransport, Resolver, TargetRefused, parse_target, resolve_target, system_resolve
+from ..push.targets import (
+    PinnedTransport,
+    Resolver,
+    TargetRefused,
+    TargetUnresolved,
+    parse_target,
+    resolve_target,
+    system_resolve,
+)
 
 _ids = itertools.count(1)
 
@@ -47,8 +55,12 @@ class RemoteChannel:
                                  timeout=settings.remote_timeout_s, follow_redirects=False)
 
     def guard(self, url: str) -> None:
-        """Refuse a URL the push targets' guard refuses (`TargetRefused`, a 4xx to whoever supplied it)."""
-        resolve_target(url, self.settings.push_allow_private, self.resolve)
+        """Refuse a URL the push targets' guard refuses (`TargetRefused`, a 4xx to whoever supplied it); a host
+        that does not resolve now is `RemoteError`, as an unreachable one is (DNS may answer again)."""
+        try:
+            resolve_target(url, self.settings.push_allow_private, self.resolve)
+        except TargetUnresolved as exc:
+            raise _unreachable(url, exc) from exc
 
     def headers(self, url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         """What every request to `url` carries: JSON-RPC content types and its configured credentials."""
@@ -66,8 +78,8 @@ class RemoteChannel:
         try:
             response = self.http.post(url, content=json.dumps(
                 {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}), headers=self.headers(url, headers))
-        except httpx.HTTPError as exc:
-            raise RemoteError(f"{url} unreachable: {type(exc).__name__}") from exc
+        except (httpx.HTTPError, TargetUnresolved) as exc:
+            raise _unreachable(url, exc) from exc
         reply = _reply(response, rid)
         if reply is None:
             raise RemoteError(f"{url} answered {method} with HTTP {response.status_code}", status=response.status_code)
@@ -84,8 +96,8 @@ class RemoteChannel:
         try:
             response = self.http.post(url, content=json.dumps({"jsonrpc": "2.0", **message}),
                                       headers=self.headers(url, headers))
-        except httpx.HTTPError as exc:
-            raise RemoteError(f"{url} unreachable: {type(exc).__name__}") from exc
+        except (httpx.HTTPError, TargetUnresolved) as exc:
+            raise _unreachable(url, exc) from exc
         return response.status_code
 
     def notify(self, url: str, method: str, headers: dict[str, str]) -> None:
@@ -161,6 +173,11 @@ class EventStream:
         if self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.shutdown(socket.SHUT_RDWR)
+
+
+def _unreachable(url: str, exc: Exception) -> RemoteError:
+    why = "its host does not resolve" if isinstance(exc, TargetUnresolved) else type(exc).__name__
+    return RemoteError(f"{url} unreachable: {why}")
 
 
 def _reply(response: httpx.Response, rid: int) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ allowed, and a task the remote does not know (over real HTTP, this project as th
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,33 @@ def test_a_proxy_from_the_environment_is_not_used(endpoint: JsonEndpoint, monkey
         channel.close()
         proxy.close()
     assert endpoint.hosts == [f"agent.test:{endpoint.port}"] and proxy.connections == 0
+
+
+class _Outage:
+    """A DNS that fails (as `getaddrinfo` does when no server answers) until `back`, then answers loopback."""
+
+    def __init__(self) -> None:
+        self.back = False
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        if not self.back:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return ["127.0.0.1"]
+
+
+def test_a_host_that_does_not_resolve_for_a_while_is_unreachable_not_refused(endpoint: JsonEndpoint) -> None:
+    """A job waiting on a remote looks again after a fault it can outlive (`RemoteError`: parked, polled later);
+    a refusal (`TargetRefused`) would fail it for good over a DNS outage."""
+    dns = _Outage()
+    url = f"http://agent.test:{endpoint.port}/a2a"
+    channel = RemoteChannel(Settings(push_allow_private=True), resolve=dns)
+    try:
+        for attempt in (lambda: channel.guard(url), lambda: channel.call(url, "ping", {}),
+                        lambda: channel.send(url, {"method": "ping"}, {})):
+            with pytest.raises(RemoteError, match="does not resolve"):
+                attempt()
+        dns.back = True
+        channel.guard(url)
+        assert channel.call(url, "ping", {})[0] == {"ok": True}
+    finally:
+        channel.close()
