@@ -130,3 +130,15 @@ def test_the_agents_push_notification_wakes_the_job_before_any_poll(redis_base: 
         assert forged.status_code == 404
     finally:
         d.close()
+
+
+def test_the_agents_task_is_made_once_across_a_sigkill_of_the_worker_while_the_job_waits(
+        deployment: RemoteDeployment, agent: Agent) -> None:
+    first = deployment.worker("first")
+    deployment.sweeper()
+    job = deployment.submit("test.remote_message", {"url": agent.url, "message": "work 4"})
+    wait_until(lambda: deployment.state(job) is JobState.SUSPENDED, 20, interval=0.05, message="the job to park")
+    first.kill_group()
+    deployment.worker("second")
+    assert deployment.finished(job, timeout=60)["result"] == {"remote": "done 4"}
+    assert agent.tasks_made() == 1

@@ -108,3 +108,15 @@ def test_a_tool_that_asks_gets_the_owners_answer_across_a_server_restart(deploym
     result = deployment.finished(job, timeout=40)["result"]["remote"]
     assert result == {"item": "A-1", "action": "accept", "approved": True}
     assert server.tasks_made() == ["approve A-1"]
+
+
+def test_the_servers_task_is_made_once_across_a_sigkill_of_the_worker_while_the_job_waits(
+        deployment: RemoteDeployment, server: Server) -> None:
+    first = deployment.worker("first")
+    deployment.sweeper()
+    job = deployment.submit("test.remote_tool", {"url": server.url, "tool": "crunch", "arguments": {"seconds": 4}})
+    wait_until(lambda: deployment.state(job) is JobState.SUSPENDED, 20, interval=0.05, message="the job to park")
+    first.kill_group()
+    deployment.worker("second")
+    assert deployment.finished(job, timeout=60)["result"] == {"remote": {"crunched": 4.0}}
+    assert server.tasks_made() == ["crunch 4.0"]
