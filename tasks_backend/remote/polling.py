@@ -4,14 +4,18 @@
 remote how its task stands and wakes the job (`Waker.wake`) once the task ended or asks for input; the job then
 records the end itself. A job that was cancelled or failed while its remote task ran gets that task cancelled.
 A 2026-07-28 MCP task is also listened to (`listening`), which brings its next look forward.
+Looks run side by side (`looking`): a pass starts them and does not wait for them; each settles its own entry.
 It runs in every worker's main process and every sweeper; two looking at once cost a second GET, no more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
+import time
+from typing import Any
 
 from ..config import Settings
 from ..errors import TasksBackendError
@@ -23,6 +27,7 @@ from ..store.remotes import DONE
 from .access import RemoteError
 from .client import Remotes
 from .listening import Listener
+from .looking import HostLimit, Lookers
 from .status import DEFAULT_POLL_MS
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,8 @@ INTERVAL_S = 0.25
 IDLE_LOOK_MS = 5000
 #: An unreachable remote is asked again this much later (ms).
 RETRY_MS = 5000
+#: A look at a host that already has its `looking.PER_HOST` looks under way is put off this much (ms).
+PUT_OFF_MS = 1000
 
 
 class RemotePoller:
@@ -40,58 +47,70 @@ class RemotePoller:
         self.remotes = Remotes(settings)
         #: Told of 2026-07-28 MCP tasks' changes where their server notifies them (`subscriptions/listen`).
         self.listener = Listener(store, settings)
+        self.lookers, self.hosts = Lookers(), HostLimit()
 
     def poll_due(self) -> int:
-        """Look at every job due now; returns how many were woken."""
+        """Start a look at every job due now that is not being looked at here; returns how many it started."""
         now, due = self.store.due_remotes(self.batch)
-        settled: list[tuple[str, str, int | None]] = []
-        woken = 0
-        for job_id, score in due:
-            after, wake = self._look(job_id)
-            woken += wake
-            settled.append((job_id, score, None if after is None else now + after))
-        self.store.settle_remotes(settled)
-        return woken
+        read_at = time.monotonic()
+        return sum(self.lookers.submit(job_id, functools.partial(self._look_and_settle, job_id, score, now, read_at))
+                   for job_id, score in due)
 
-    def _look(self, job_id: str) -> tuple[int | None, bool]:
-        """(ms until the next look, or None to drop the entry; whether the job was woken)."""
+    def _look_and_settle(self, job_id: str, score: str, now: int, read_at: float) -> None:
+        after = self._look(job_id)
+        if self.lookers.stopped.is_set():
+            return  # abandoned: its entry stays due, for another process to look
+        if after is not None:  # `now` was Redis time when the pass read the schedule
+            after += now + int(1000 * (time.monotonic() - read_at))
+        self.store.settle_remotes([(job_id, score, after)])
+
+    def _look(self, job_id: str) -> int | None:
+        """Ms until the next look, or None to drop the entry."""
         waiting = self.store.waiting_of(job_id)
         open_ = self.store.open_remotes(job_id) if waiting is not None else []
         if waiting is None or not open_:
-            return None, False
+            return None
         if waiting.state in (JobState.CANCELLED, JobState.FAILED):
-            again = False
-            for step, ref in open_:  # the job will never read it: stop the remote task too
-                try:
-                    self.remotes.cancel(ref)
-                except RemoteError as exc:
-                    log.info("remote task %s at %s not cancelled: %s", ref.get("taskId"), ref.get("url"), exc)
-                    if exc.code is None and (exc.status is None or exc.status >= 500):
-                        again = True  # unreachable for now: try again later
-                        continue
-                except TasksBackendError as exc:  # its URL is no longer allowed
-                    log.info("remote task %s not cancelled: %s", ref.get("taskId"), exc)
-                self.store.forget_remote(job_id, step)
-            return (RETRY_MS if again else None), False
+            with self.hosts.hold(str(ref.get("url")) for _, ref in open_) as held:
+                return self._cancel(job_id, open_) if held else PUT_OFF_MS
         if waiting.state is JobState.COMPLETED:
-            return None, False
+            return None
         step, ref = open_[-1]
         if ref.get("protocol") == "mcp-2026" and ref.get("taskId") and "final" not in ref:
             self.listener.follow(ref["url"], str(ref["taskId"]), job_id)
         if self.store.recorded_step(job_id, step + DONE) is not None:
             self.store.forget_remote(job_id, step)  # the job recorded the end but died before forgetting it
-            return 0, False
+            return 0
         if waiting.state is not JobState.SUSPENDED:
-            return IDLE_LOOK_MS, False
-        try:
-            status = self.remotes.get(ref, questions=False)
-        except (RemoteError, TasksBackendError) as exc:
-            log.info("remote task %s at %s unreadable: %s", ref.get("taskId"), ref.get("url"), exc)
-            return RETRY_MS, False
+            return IDLE_LOOK_MS
+        with self.hosts.hold([str(ref.get("url"))]) as held:
+            if not held:
+                return PUT_OFF_MS
+            try:
+                status = self.remotes.get(ref, questions=False)
+            except (RemoteError, TasksBackendError) as exc:
+                log.info("remote task %s at %s unreadable: %s", ref.get("taskId"), ref.get("url"), exc)
+                return RETRY_MS
         if status.terminal or status.state == "input_required":
             self.waker.wake(job_id, waiting.token, waiting.operation)
-            return None, True
-        return int(status.poll_ms or ref.get("pollMs") or DEFAULT_POLL_MS), False
+            return None
+        return int(status.poll_ms or ref.get("pollMs") or DEFAULT_POLL_MS)
+
+    def _cancel(self, job_id: str, open_: list[tuple[str, dict[str, Any]]]) -> int | None:
+        """The job will never read its open remote tasks: stop them too."""
+        again = False
+        for step, ref in open_:
+            try:
+                self.remotes.cancel(ref)
+            except RemoteError as exc:
+                log.info("remote task %s at %s not cancelled: %s", ref.get("taskId"), ref.get("url"), exc)
+                if exc.code is None and (exc.status is None or exc.status >= 500):
+                    again = True  # unreachable for now: try again later
+                    continue
+            except TasksBackendError as exc:  # its URL is no longer allowed
+                log.info("remote task %s not cancelled: %s", ref.get("taskId"), exc)
+            self.store.forget_remote(job_id, step)
+        return RETRY_MS if again else None
 
     def run_forever(self, stop: threading.Event) -> None:
         try:
@@ -100,6 +119,7 @@ class RemotePoller:
 
             repeat(stop, one_pass, every_s=INTERVAL_S, name="remote poll", logger=log)
         finally:
+            self.lookers.stop()
             self.listener.close()
             with contextlib.suppress(Exception):
                 self.remotes.close()

@@ -1,7 +1,8 @@
 """A forwarding proxy in front of a remote agent, to act when a job's create reaches the remote (a kill of the
 worker that sent it, before its answer is back) and to count the creates that went through; it can also hide
-methods (answered as unknown: `server/discover` hidden makes this project a 2025-11-25-only server) and mute
-the event streams some methods answer with (the stream ends without a message)."""
+methods (answered as unknown: `server/discover` hidden makes this project a 2025-11-25-only server), mute
+the event streams some methods answer with (the stream ends without a message), and go silent (`stall`: every
+request read and never answered, as a remote that hangs)."""
 
 from __future__ import annotations
 
@@ -25,12 +26,20 @@ class Proxy:
         self.hide, self.mute = hide, mute
         self.creates = 0
         self.on_create: Callable[[], None] | None = None
+        #: Set: every request is read and left unanswered (until `close`); `stalled` counts them by method.
+        self.stall = threading.Event()
+        self.stalled: dict[str, int] = {}
+        self._closed = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 method = _method(body)
+                if proxy.stall.is_set():
+                    proxy.stalled[str(method)] = proxy.stalled.get(str(method), 0) + 1
+                    proxy._closed.wait()
+                    return
                 if method in proxy.hide:
                     self._send(404, {"Content-Type": "application/json"}, json.dumps(
                         {"jsonrpc": "2.0", "id": json.loads(body).get("id"),
@@ -73,6 +82,7 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
 
     def close(self) -> None:
+        self._closed.set()
         self.server.shutdown()
 
 
