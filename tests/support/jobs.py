@@ -340,7 +340,7 @@ def ask_routed(ctx: JobContext, to: list[str], deadline_s: float | None, on_time
 class AskThenStepParams(Schema):
     ledger = fields.String(required=True)
     deadline_s = fields.Float(required=True)
-    on_timeout = fields.Raw(required=True)
+    on_timeout = fields.Raw(required=True, allow_none=True)
 
 
 @job("test.ask_then_step", params=AskThenStepParams, ttl=600, poll_interval=0.1)
