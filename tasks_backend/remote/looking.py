@@ -14,9 +14,9 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from urllib.parse import urlsplit
 
 from ..errors import ServiceUnavailable
+from ..push.fair import target_of
 
 log = logging.getLogger(__name__)
 #: Threads that look, per process. Most looks are one short HTTP exchange; a handful lets three slow hosts hold
@@ -28,8 +28,9 @@ PER_HOST = 2
 
 
 def host_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or ''}"
+    """The host a look connects to, as the push breakers name one (an implied port is the scheme's)."""
+    _, scheme, host, port = target_of("", url)
+    return f"{scheme}://{host}:{port}"
 
 
 class HostLimit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from tasks_backend.remote.looking import PER_HOST, HostLimit, Lookers
+from tasks_backend.remote.looking import PER_HOST, HostLimit, Lookers, host_of
 from tests.conftest import wait_until
 
 
@@ -43,3 +43,10 @@ def test_a_job_is_looked_at_once_at_a_time_and_a_stop_drops_the_looks_not_starte
     wait_until(lambda: not lookers.in_flight() - {"b"}, message="the held look to end")
     assert ran == ["held"]
     assert not lookers.submit("c", lambda: ran.append("c"))
+
+
+def test_a_host_is_the_same_with_its_implied_port_and_a_bad_port_is_no_error() -> None:
+    hosts = HostLimit(per_host=1)
+    with hosts.hold(["http://a.example/mcp"]) as first, hosts.hold(["http://A.example:80/a2a"]) as second:
+        assert first and not second
+    assert host_of("http://a.example:99999/x") == "http://a.example:80"
