@@ -22,6 +22,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .spans import SpanMaker
+
 __all__ = ["JOB_ID", "OPERATION", "OWNER", "SpanKind", "Tracing", "job_attributes", "ms_to_ns"]
 
 #: Any of these set (non-empty): spans are exported there; none: tracing is off.
@@ -47,6 +49,7 @@ class Tracing:
         self.provider = provider
         self.enabled = provider is not None
         self.tracer: trace.Tracer = provider.get_tracer("tasks_backend") if provider else trace.NoOpTracer()
+        self._spans = SpanMaker(self.tracer, "tasks_backend") if provider else None
 
     @classmethod
     def off(cls) -> Tracing:
@@ -107,17 +110,16 @@ class Tracing:
         the jobs' control flow (parking, handing back: `BaseException`s) does not."""
         if not self.enabled:
             return _OFF
-        return _Current(self.tracer.start_span(name, context=self._parent(parent), kind=kind, attributes=attributes,
-                                               start_time=start_ns, record_exception=False,
-                                               set_status_on_exception=False))
+        assert self._spans is not None
+        return _Current(self._spans.start(name, self._parent(parent), kind, attributes, start_ns))
 
     def record(self, name: str, start_ns: int, *, parent: Context | str | None = None,
                attributes: Mapping[str, Any] | None = None, end_ns: int | None = None) -> None:
         """A span that already happened (a wait), from `start_ns` to `end_ns` (now by default)."""
         if not self.enabled:
             return
-        span = self.tracer.start_span(name, context=self._parent(parent), attributes=attributes,
-                                      start_time=start_ns)
+        assert self._spans is not None
+        span = self._spans.start(name, self._parent(parent), SpanKind.INTERNAL, attributes, start_ns)
         span.end(end_time=end_ns if end_ns is not None else time.time_ns())
 
     def annotate(self, attributes: Mapping[str, Any]) -> None:

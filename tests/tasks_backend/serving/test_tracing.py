@@ -6,7 +6,8 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanKind, StatusCode
 
 from tasks_backend.serving.tracing import Tracing
 
@@ -75,3 +76,39 @@ def test_an_error_says_its_type_only_and_control_flow_is_no_error(
     assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "ValueError"
     assert not failed.events  # no exception event, which would carry the message
     assert parked.status.status_code is StatusCode.UNSET
+
+
+def test_a_span_records_what_the_sdk_would_and_ends_once(recorded: tuple[Tracing, InMemorySpanExporter]) -> None:
+    tracing, exporter = recorded
+    with tracing.span("request", kind=SpanKind.SERVER, attributes={"url.path": "/v1/jobs"}) as outer:
+        assert outer is not None and outer.is_recording()
+        with tracing.span("submit"):
+            tracing.annotate({"tasks_backend.job.id": "j1"})
+            tracing.link(TRACEPARENT)
+            inner = tracing.traceparent()
+        tracing.annotate({"http.response.status_code": 202})
+    outer.end()  # a second end changes nothing and exports nothing more
+    outer.set_attribute("late", 1)
+    submit, request = exporter.get_finished_spans()
+    assert request.kind is SpanKind.SERVER and request.parent is None and request.instrumentation_scope is not None
+    assert dict(request.attributes or {}) == {"url.path": "/v1/jobs", "http.response.status_code": 202}
+    assert request.resource.attributes.get("telemetry.sdk.name") == "opentelemetry"
+    assert submit.parent is not None and submit.parent.span_id == request.context.span_id
+    assert submit.context.trace_id == request.context.trace_id and submit.context.trace_flags.sampled
+    assert dict(submit.attributes or {}) == {"tasks_backend.job.id": "j1"}
+    assert [f"{link.context.span_id:016x}" for link in submit.links] == ["00f067aa0ba902b7"]
+    assert inner == f"00-{submit.context.trace_id:032x}-{submit.context.span_id:016x}-01"
+    assert submit.start_time is not None and submit.end_time is not None and submit.start_time <= submit.end_time
+
+
+def test_the_sampler_decides_and_an_unsampled_span_is_never_exported() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = Tracing(provider)
+    with tracing.span("request") as span:
+        assert span is not None and not span.is_recording()
+        stored = tracing.traceparent()
+    tracing.record("queue wait", 0)
+    assert stored is not None and stored.endswith("-00")  # the next process knows it was not sampled
+    assert exporter.get_finished_spans() == ()
