@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
 from typing import Any
 
@@ -44,6 +45,9 @@ class McpRemote:
     def __init__(self, channel: RemoteChannel) -> None:
         self.channel = channel
         self._sessions: dict[str, tuple[str, bool]] = {}
+        # Looks run on several threads (`looking`): one session is opened per URL, by the first that needs it.
+        self._opening: dict[str, threading.Lock] = {}
+        self._opening_guard = threading.Lock()
 
     # -- create ------------------------------------------------------------------------------
     def create(self, url: str, tool: str, arguments: dict[str, Any], key: str) -> dict[str, Any]:
@@ -82,10 +86,22 @@ class McpRemote:
             headers["Mcp-Name"] = str(params[_NAME_PARAMS[method]])
         return self.channel.call(url, method, params, headers)[0]
 
-    def _session(self, url: str, fresh: bool = False) -> tuple[str, bool]:
-        """(Mcp-Session-Id, whether tools/call may run as a task) of a 2025-11-25 session with `url`."""
-        if not fresh and url in self._sessions:
+    def _session(self, url: str, fresh: bool = False, stale: str | None = None) -> tuple[str, bool]:
+        """(Mcp-Session-Id, whether tools/call may run as a task) of a 2025-11-25 session with `url`: the kept one,
+        unless `fresh`, or it is `stale` (the server no longer knows it), when another is opened. Threads that
+        need one at once wait for the first to open it."""
+        if not fresh and stale is None and url in self._sessions:
             return self._sessions[url]
+        with self._opening_guard:
+            lock = self._opening.setdefault(url, threading.Lock())
+        with lock:
+            kept = self._sessions.get(url)
+            if not fresh and kept is not None and kept[0] != stale:
+                return kept  # opened by another thread meanwhile
+            return self._open(url)
+
+    def _open(self, url: str) -> tuple[str, bool]:
+        """Open a 2025-11-25 session with `url` and keep it (under the URL's lock)."""
         result, headers = self.channel.call(url, "initialize", {
             "protocolVersion": LEGACY, "clientInfo": _CLIENT,
             "capabilities": {"elicitation": {"form": {}}, "tasks": {"requests": {"elicitation": {"create": {}}}}}})
@@ -103,7 +119,7 @@ class McpRemote:
         except RemoteError as exc:
             if exc.status not in (400, 404):
                 raise
-            session, _ = self._session(url, fresh=True)  # the session expired: open another
+            session, _ = self._session(url, stale=session)  # the session expired: open another
             return self.channel.call(url, method, params, _legacy_headers(session))[0]
 
     # -- follow ------------------------------------------------------------------------------
@@ -162,7 +178,7 @@ class McpRemote:
                 stream.close()
             if requests or attempt or stream.status not in (400, 404):
                 return requests
-            session, _ = self._session(url, fresh=True)  # the session expired: open another
+            session, _ = self._session(url, stale=session)  # the session expired: open another
         return {}
 
     def answer(self, ref: dict[str, Any], responses: dict[str, Any]) -> None:

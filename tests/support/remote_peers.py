@@ -25,11 +25,14 @@ class Proxy:
         self.target = target.rstrip("/")
         self.hide, self.mute = hide, mute
         self.creates = 0
+        #: Requests forwarded, by JSON-RPC method.
+        self.calls: dict[str, int] = {}
         self.on_create: Callable[[], None] | None = None
         #: Set: every request is read and left unanswered (until `close`); `stalled` counts them by method.
         self.stall = threading.Event()
         self.stalled: dict[str, int] = {}
         self._closed = threading.Event()
+        self._lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,6 +48,8 @@ class Proxy:
                         {"jsonrpc": "2.0", "id": json.loads(body).get("id"),
                          "error": {"code": -32601, "message": "Method not found"}}).encode())
                     return
+                with proxy._lock:
+                    proxy.calls[str(method)] = proxy.calls.get(str(method), 0) + 1
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 with httpx.stream("POST", proxy.target + self.path, content=body, headers=headers,
                                   timeout=30) as answer:
