@@ -47,9 +47,10 @@ class Tracing:
 
     def __init__(self, provider: Any = None) -> None:
         self.provider = provider
-        self.enabled = provider is not None
         self.tracer: trace.Tracer = provider.get_tracer("tasks_backend") if provider else trace.NoOpTracer()
+        #: What starts spans; None: tracing is off.
         self._spans = SpanMaker(self.tracer, "tasks_backend") if provider else None
+        self.enabled = self._spans is not None
 
     @classmethod
     def off(cls) -> Tracing:
@@ -108,18 +109,18 @@ class Tracing:
         """A span around a block, current inside it: under `parent` (a context or a stored `traceparent`), or
         under the current span. An `Exception` leaving the block marks it failed with the exception's type only;
         the jobs' control flow (parking, handing back: `BaseException`s) does not."""
-        if not self.enabled:
+        spans = self._spans
+        if spans is None:
             return _OFF
-        assert self._spans is not None
-        return _Current(self._spans.start(name, self._parent(parent), kind, attributes, start_ns))
+        return _Current(spans.start(name, self._parent(parent), kind, attributes, start_ns))
 
     def record(self, name: str, start_ns: int, *, parent: Context | str | None = None,
                attributes: Mapping[str, Any] | None = None, end_ns: int | None = None) -> None:
         """A span that already happened (a wait), from `start_ns` to `end_ns` (now by default)."""
-        if not self.enabled:
+        spans = self._spans
+        if spans is None:
             return
-        assert self._spans is not None
-        span = self._spans.start(name, self._parent(parent), SpanKind.INTERNAL, attributes, start_ns)
+        span = spans.start(name, self._parent(parent), SpanKind.INTERNAL, attributes, start_ns)
         span.end(end_time=end_ns if end_ns is not None else time.time_ns())
 
     def annotate(self, attributes: Mapping[str, Any]) -> None:
