@@ -11,7 +11,7 @@ from tasks_backend.config import Settings
 from tasks_backend.service.runtime import build_runtime
 
 from .load import Load
-from .measures import Row, drain_rate, fixed, median, paired, warm
+from .measures import Row, calls_note, cpu_note, drain_rate, fixed, median, paired, warm
 
 if TYPE_CHECKING:
     from .run import Bench
@@ -31,27 +31,38 @@ def measure(bench: Bench) -> None:
 
 
 def runner(bench: Bench) -> None:
-    """No-op jobs drained by a fresh worker (prefork -c 2), with fair shares on and off, alternating."""
-    n = bench.plan.runner_jobs
+    """No-op jobs drained by a fresh worker (prefork -c 2), with fair shares on and off, alternating. Twice the
+    runner row's pairs of half its jobs: both sides cost about the same, and this machine's speed drifts by more
+    than that over one long drain, so shorter alternating drains give the median more pairs to stand on."""
+    n, reps = bench.plan.runner_jobs // 2, 2 * bench.plan.runner_reps
     off = build_runtime(Settings.from_env({**bench.product_env, "TASKS_BACKEND_FAIR_SHARES": "0"}))
     services = {"product-worker": bench.runtime.service, "product-worker-fair-off": off.service}
     rates: dict[str, list[float]] = {name: [] for name in services}
+    cpu: dict[str, list[dict[str, float]]] = {name: [] for name in services}
+    calls: dict[str, list[dict[str, float]]] = {name: [] for name in services}
     queue, db = bench.runtime.settings.queue, bench.db0
-    for rep in range(bench.plan.runner_reps):
+    for rep in range(reps):
         order = list(services) if rep % 2 == 0 else list(reversed(services))
         for worker in order:
             for _ in range(n):
                 services[worker].submit("bench", "bench.noop", {}, priority=5)
-            rate, _ = drain_rate(functools.partial(bench.queue_length, db, queue), n,
-                                 functools.partial(bench.up, worker))
+            db.config_resetstat()
+            rate, per_job = drain_rate(functools.partial(bench.queue_length, db, queue), n,
+                                       functools.partial(bench.up, worker), functools.partial(bench.cpu, worker))
             rates[worker].append(rate)
+            cpu[worker].append(per_job)
             bench.wait_empty(db, queue)
+            calls[worker].append(bench.redis_calls(n))
             bench.down(worker)
     on, fair_off = rates["product-worker"], rates["product-worker-fair-off"]
     ratios = [a / b for a, b in zip(on, fair_off, strict=True)]
+    sides = ("product-worker", "product-worker-fair-off")
     bench.rows.append(Row("no-op jobs through the runner, fair shares on vs off", "jobs/s",
                           ">= 0.95x the runner with fair shares off", median(on), median(fair_off), median(ratios),
-                          median(ratios) >= 0.95, samples={"on": on, "off": fair_off, "ratio": ratios}))
-
-
-
+                          median(ratios) >= 0.95,
+                          note="CPU us per job, worker main/pool/Redis: "
+                               + "; ".join(cpu_note(cpu[side]) for side in sides)
+                               + ". Redis commands per job (the drain's own polling included): "
+                               + "; ".join(calls_note(calls[side]) for side in sides),
+                          samples={"on": on, "off": fair_off, "ratio": ratios, "cpu_s_per_job": cpu,
+                                   "redis_calls_per_job": calls}))

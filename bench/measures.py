@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,31 @@ def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
             if settle is not None:
                 settle()
             runs.append(fn())
+    return _row(name, unit, target, minimum, ours, theirs, figure)
+
+
+def together(name: str, unit: str, target: str, minimum: float, plan: Plan, product: Load, baseline: Load,
+             figure: Callable[[Run], float], settle: Callable[[], None] | None = None) -> Row:
+    """Both sides loaded at once, `plan.reps` times, each by its own wrk with half the usual threads: they share
+    the machine at the same moments, so a drift in its speed (a virtual machine's) moves both alike, and the
+    ratio says what one side's request costs against the other's. The ratio is product / baseline."""
+    ours: list[Run] = []
+    theirs: list[Run] = []
+    threads = max(1, plan.threads // 2)
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(plan.reps):
+            if settle is not None:
+                settle()
+            mine, other = (pool.submit(load.run, side, seconds=plan.seconds, connections=plan.connections,
+                                       threads=threads) for side in (product, baseline))
+            ours.append(mine.result())
+            theirs.append(other.result())
+    return _row(name, unit, target, minimum, ours, theirs, figure)
+
+
+def _row(name: str, unit: str, target: str, minimum: float, ours: list[Run], theirs: list[Run],
+         figure: Callable[[Run], float]) -> Row:
+    """The row of runs taken in pairs: medians of each side, and the median of the pairs' ratios."""
     ratios = [figure(a) / figure(b) if figure(b) else float("nan") for a, b in zip(ours, theirs, strict=True)]
     ratio = median(ratios)
     errors = sum(r.errors + r.failures for r in ours + theirs)
@@ -131,6 +157,17 @@ def drain_rate(queue_length: Callable[[], int], total: int, start: Callable[[], 
             return (done / (now - first[0]) if now > first[0] else float("nan")), per_job
         time.sleep(0.003)
     raise RuntimeError("the queue did not drain in time")
+
+
+def cpu_note(samples: list[dict[str, float]]) -> str:
+    """Median CPU us per job of a worker's main process, its pool and Redis, as 'main/pool/Redis'."""
+    return "/".join(f"{1e6 * median([s[name] for s in samples]):.0f}" for name in ("worker", "pool", "redis"))
+
+
+def calls_note(samples: list[dict[str, float]]) -> str:
+    """Median Redis commands per job (a script and each call in it counted), and how many were scripts."""
+    total = median([sum(s.values()) for s in samples])
+    return f"{total:.1f} ({median([s.get('evalsha', 0.0) for s in samples]):.1f} scripts)"
 
 
 def percentile(values: list[float], q: float) -> float:

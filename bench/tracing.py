@@ -23,7 +23,7 @@ from tasks_backend.devtools.receivers import OtlpReceiver
 
 from . import procs
 from .load import Load, Run
-from .measures import Row, fixed, paired, warm
+from .measures import Row, fixed, paired, together, warm
 from .report import save
 from .run import ROOT, WEB_WORKERS, machine, side_run
 
@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         row = paired("submit POST /v1/jobs, traced / untraced", "req/s", f">= {MINIMUM}x", MINIMUM, plan,
                      lambda: submits("on"), lambda: submits("off"), lambda r: r.rps)
         rows.append(row)
+        # The same submits with both sides loaded at once: one moment of the machine for both.
+        both = together("submit POST /v1/jobs, traced / untraced, loaded at once", "req/s", f">= {MINIMUM}x",
+                        MINIMUM, plan, submit["on"], submit["off"], lambda r: r.rps,
+                        settle=lambda: client.delete(queue))
+        rows.append(both)
         polls = paired("poll GET /v1/jobs/{id}, traced / untraced", "req/s", "-", 0.0, plan,
                        fixed(poll["on"], plan), fixed(poll["off"], plan), lambda r: r.rps)
         polls.passed = None  # a price to know, not a target to meet
@@ -85,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             each.note = f"pairs {min(ratios):.2f}x to {max(ratios):.2f}x"
         if receiver.requests == before:
             row.passed, row.note = False, "the traced side exported nothing"
-        print(f"submit traced / untraced: {row.ratio:.2f}x (target >= {MINIMUM}x); poll: {polls.ratio:.2f}x; "
+        print(f"submit traced / untraced: {row.ratio:.2f}x, loaded at once {both.ratio:.2f}x (target >= "
+              f"{MINIMUM}x); poll: {polls.ratio:.2f}x; "
               f"{receiver.requests - before} OTLP exports received")
     finally:
         for proc in running:

@@ -2,9 +2,10 @@
 # It starts its own Redis, gunicorn and workers; the load generator is wrk (Debian's package). The
 # fastmcp baseline server needs fastmcp + fastmcp-tasks 4.1.4, which cannot share the product's
 # environment, so it gets its own, built once: rebuilt only when these rules change. The A2A baseline
-# (a2a-sdk 1.3.0 with its in-memory task store, under uvicorn workers) lives there too.
+# (a2a-sdk 1.3.0 under uvicorn workers, with its database task store on PostgreSQL, which the bench starts
+# from Debian's `postgresql` package, and with its in-memory store) lives there too.
 BENCH_VENV ?= .venv-bench
-BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "a2a-sdk[http-server]==1.3.0" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
+BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "a2a-sdk[http-server,postgresql]==1.3.0" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
 QUICK ?=
 BENCH_ARGS ?=
 
@@ -27,6 +28,9 @@ bench-deps: $(BENCH_VENV)/.installed
 	@command -v wrk >/dev/null || { command -v apt-get >/dev/null && \
 		(apt-get update -qq && apt-get install -y -qq wrk) >/dev/null; } || \
 		{ echo "bench: wrk is needed (apt-get install wrk)"; exit 1; }
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+		{ command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; } || \
+		{ echo "bench: PostgreSQL is needed (apt-get install postgresql)"; exit 1; }
 
 $(BENCH_VENV)/.installed: mk/bench.mk
 	$(PYTHON) -m venv $(BENCH_VENV)
