@@ -400,29 +400,29 @@ class Bench:
                    "parts": [{"data": {"operation": "bench.noop", "params": {}}}]}
         send = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
                            "params": {"message": message, "configuration": {"returnImmediately": True}}})
-        ours = Load(self.url["product"], method="POST", path="/a2a", body=send, headers={**headers, **self.auth()})
+        send_ours = Load(self.url["product"], method="POST", path="/a2a", body=send,
+                         headers={**headers, **self.auth()})
         theirs = Load(self.url["a2a-sdk-pg"], method="POST", path="/a2a", body=send, headers=headers)
-        warm(self.plan, ours, theirs)
+        warm(self.plan, send_ours, theirs)
         self.rows.append(paired("A2A SendMessage (returnImmediately)", "req/s",
                                 ">= 6x a2a-sdk 1.3.0 (database store, PostgreSQL)", 6.0, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps,
+                                fixed(send_ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps,
                                 settle=self.drain_product))
         self.purge_queues()
         get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
-        send_ours = ours
-        ours = Load(self.url["product"], method="POST", path="/a2a", body=get, headers={**headers, **self.auth()},
-                    ids=self.poll_ids())
+        get_ours = Load(self.url["product"], method="POST", path="/a2a", body=get,
+                        headers={**headers, **self.auth()}, ids=self.poll_ids())
         seeded = self.write_ids("a2a-sdk", seeded_ids())
         for name, label, target, minimum in (
                 ("a2a-sdk-pg", "A2A GetTask", ">= 3x a2a-sdk 1.3.0 (database store, PostgreSQL)", 3.0),
                 ("a2a-sdk", "A2A GetTask against an in-memory store", ">= 1.0x a2a-sdk 1.3.0 (in-memory store)", 1.0)):
             self.up(name)
             theirs = Load(self.url[name], method="POST", path="/a2a", body=get, headers=headers, ids=seeded)
-            warm(self.plan, ours, theirs)
-            self.rows.append(paired(label, "req/s", target, minimum, self.plan, fixed(ours, self.plan),
+            warm(self.plan, get_ours, theirs)
+            self.rows.append(paired(label, "req/s", target, minimum, self.plan, fixed(get_ours, self.plan),
                                     fixed(theirs, self.plan), lambda r: r.rps))
             self.down(name)
-        self.protocol_rows("A2A SendMessage", send_ours, "A2A GetTask", ours)
+        self.protocol_rows("A2A SendMessage", send_ours, "A2A GetTask", get_ours)
 
     def poll_ids(self) -> Path:
         """A file of 1,000 finished jobs of the bench's principal, made once: what every poll-like row reads."""
