@@ -56,7 +56,7 @@ def runner(bench: Bench) -> None:
             bench.down(worker)
     on, fair_off = rates["product-worker"], rates["product-worker-fair-off"]
     ratios = [a / b for a, b in zip(on, fair_off, strict=True)]
-    sides = ("product-worker", "product-worker-fair-off")
+    sides = tuple(services)
     bench.rows.append(Row("no-op jobs through the runner, fair shares on vs off", "jobs/s",
                           ">= 0.95x the runner with fair shares off", median(on), median(fair_off), median(ratios),
                           median(ratios) >= 0.95,

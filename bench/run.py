@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import redis
@@ -27,23 +26,18 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
 from tasks_backend.service.runtime import Runtime, build_runtime
 
-from . import dispatch, fill, procs
-from .baselines.a2a_ids import seeded_ids
+from . import dispatch, fill, procs, protocols
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
 from .measures import Plan, Row, calls_note, cpu_note, drain_rate, fixed, flow, median, paired, percentile, quiet, warm
 from .postgres import Postgres
+from .protocols import mcp_flow
 from .report import markdown, table
 
 ROOT = procs.ROOT
 PRODUCT_PY = str(ROOT / ".venv" / "bin" / "python")
 BASELINE_PY = str(ROOT / ".venv-bench" / "bin" / "python")
 WEB_WORKERS = 4
-MCP_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": "2026-07-28"}
-MCP_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}
-
 #: A smoke run of the whole harness: one short run per side, small counts, no warm-up.
 QUICK = Plan(seconds=1, reps=1, connections=32, threads=2, flow_connections=16, warm_s=0, mcp_seconds=2,
              runner_jobs=600, runner_reps=1, latency_jobs=10, small_handles=10_000, large_handles=15_000)
@@ -77,22 +71,6 @@ def side_run(argv: list[str] | None, description: str | None, name: str) -> Side
     logs.mkdir(parents=True)
     plan = QUICK if args.quick else dataclasses.replace(FULL, reps=9, seconds=3)
     return SideRun(plan, logs, time.monotonic(), args.quick, stamp)
-
-
-def rpc(method: str, params: dict[str, Any]) -> str:
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": MCP_META}})
-
-
-def mcp_flow(url: str, headers: dict[str, str]) -> Load:
-    """`tools/call` of `bench.noop`, then `tasks/get` every 10 ms until it is completed; again."""
-    return Load(url, method="POST", path="/mcp", body=rpc("tools/call", {"name": "bench.noop", "arguments": {}}),
-                headers={**MCP_HEADERS, **headers},
-                flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_METHOD": "POST", "BENCH_POLL_PATH": "/mcp",
-                      "BENCH_POLL_BODY": rpc("tasks/get", {"taskId": "%s"}),
-                      "BENCH_SUBMIT_HEADERS": "Mcp-Method: tools/call|Mcp-Name: bench.noop",
-                      "BENCH_POLL_HEADERS": "Mcp-Method: tasks/get",
-                      "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
-                      "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
 
 
 class Bench:
@@ -306,6 +284,12 @@ class Bench:
     def dispatch(self) -> None:
         dispatch.measure(self)
 
+    def mcp(self) -> None:
+        protocols.mcp(self)
+
+    def a2a(self) -> None:
+        protocols.a2a(self)
+
     def end_to_end(self) -> None:
         self.up("product-worker")
         self.up("baseline-worker")
@@ -360,91 +344,10 @@ class Bench:
                              note=f"server-side (createdAt -> running) p50 {median(server_ms):.1f} ms",
                              samples={"client_ms": client_ms, "server_ms": server_ms}))
 
-    def mcp(self) -> None:
-        self.up("product-worker")
-        self.up("fastmcp")
-        plan = dataclasses.replace(self.plan, seconds=self.plan.mcp_seconds)
-        call = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
-        call_headers = {**MCP_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "bench.noop"}
-        ours_call = Load(self.url["product"], method="POST", path="/mcp", body=call,
-                         headers={**call_headers, **self.auth()})
-        theirs_call = Load(self.url["fastmcp"], method="POST", path="/mcp", body=call, headers=call_headers)
-        warm(self.plan, ours_call, theirs_call)
-        self.rows.append(paired("MCP tools/call -> task handle", "req/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
-                                plan, fixed(ours_call, plan), fixed(theirs_call, plan),
-                                lambda r: r.rps, settle=self.drain_product))
-        get = Load(self.url["product"], method="POST", path="/mcp", body=rpc("tasks/get", {"taskId": "%s"}),
-                   headers={**MCP_HEADERS, "Mcp-Method": "tasks/get", **self.auth()}, ids=self.poll_ids())
-        self.protocol_rows("MCP tools/call", ours_call, "MCP tasks/get", get)
-        # The calls above leave a backlog of queued jobs on both sides; the end-to-end flow must not wait
-        # behind it.
-        self.purge_queues()
-
-        ours_flow = mcp_flow(self.url["product"], self.auth())
-        theirs_flow = mcp_flow(self.url["fastmcp"], {})
-        self.rows.append(paired("MCP jobs completed end to end", "jobs/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
-                                plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s))
-        self.down("fastmcp")
-
-    def a2a(self) -> None:
-        """A2A SendMessage (returnImmediately) and GetTask against the a2a-sdk server with its database store on
-        PostgreSQL (what a deployment of several processes can run), and GetTask against its in-memory store too.
-
-        The a2a-sdk server executes its agent in its web processes; the product's worker runs meanwhile, so
-        both sides create and execute. GetTask reads finished tasks: the product's from Redis, the
-        baseline's from PostgreSQL, or from each process's memory (every process holds the same seeded tasks)."""
-        self.up("product-worker")
-        self.up("a2a-sdk-pg")
-        headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
-        message = {"messageId": "bench-1", "role": "ROLE_USER",
-                   "parts": [{"data": {"operation": "bench.noop", "params": {}}}]}
-        send = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                           "params": {"message": message, "configuration": {"returnImmediately": True}}})
-        send_ours = Load(self.url["product"], method="POST", path="/a2a", body=send,
-                         headers={**headers, **self.auth()})
-        theirs = Load(self.url["a2a-sdk-pg"], method="POST", path="/a2a", body=send, headers=headers)
-        warm(self.plan, send_ours, theirs)
-        self.rows.append(paired("A2A SendMessage (returnImmediately)", "req/s",
-                                ">= 6x a2a-sdk 1.3.0 (database store, PostgreSQL)", 6.0, self.plan,
-                                fixed(send_ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps,
-                                settle=self.drain_product))
-        self.purge_queues()
-        get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
-        get_ours = Load(self.url["product"], method="POST", path="/a2a", body=get,
-                        headers={**headers, **self.auth()}, ids=self.poll_ids())
-        seeded = self.write_ids("a2a-sdk", seeded_ids())
-        for name, label, target, minimum in (
-                ("a2a-sdk-pg", "A2A GetTask", ">= 3x a2a-sdk 1.3.0 (database store, PostgreSQL)", 3.0),
-                ("a2a-sdk", "A2A GetTask against an in-memory store", ">= 1.0x a2a-sdk 1.3.0 (in-memory store)", 1.0)):
-            self.up(name)
-            theirs = Load(self.url[name], method="POST", path="/a2a", body=get, headers=headers, ids=seeded)
-            warm(self.plan, get_ours, theirs)
-            self.rows.append(paired(label, "req/s", target, minimum, self.plan, fixed(get_ours, self.plan),
-                                    fixed(theirs, self.plan), lambda r: r.rps))
-            self.down(name)
-        self.protocol_rows("A2A SendMessage", send_ours, "A2A GetTask", get_ours)
-
     def poll_ids(self) -> Path:
         """A file of 1,000 finished jobs of the bench's principal, made once: what every poll-like row reads."""
         path = self.logs / "poll.ids"
         return path if path.exists() else self.write_ids("poll", self.finished(1000, owner="bench"))
-
-    def protocol_rows(self, submit_name: str, submit: Load, poll_name: str, poll: Load) -> None:
-        """A protocol's submit and poll against the product's own HTTP submit and poll, in the same run and
-        through the same entrance: what the protocol layer costs (target: >= 0.9x each)."""
-        body = json.dumps({"operation": "bench.noop", "params": {}})
-        http_submit = Load(self.url["product"], method="POST", path="/v1/jobs", body=body,
-                           headers={**self.auth(), "Content-Type": "application/json"})
-        http_poll = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(), ids=self.poll_ids())
-        warm(self.plan, submit, http_submit)
-        self.rows.append(paired(f"{submit_name} vs the product's HTTP submit", "req/s",
-                                ">= 0.9x POST /v1/jobs, same run", 0.9, self.plan, fixed(submit, self.plan),
-                                fixed(http_submit, self.plan), lambda r: r.rps, settle=self.drain_product))
-        self.purge_queues()
-        warm(self.plan, poll, http_poll)
-        self.rows.append(paired(f"{poll_name} vs the product's HTTP poll", "req/s",
-                                ">= 0.9x GET /v1/jobs/{id}, same run", 0.9, self.plan, fixed(poll, self.plan),
-                                fixed(http_poll, self.plan), lambda r: r.rps))
 
     def scale(self) -> None:
         """Poll p99 and memory per handle as retained finished handles grow from small to large."""

@@ -67,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         warm(plan, *submit.values(), *poll.values())
         queue = Settings.from_env(env).queue
 
+        def clear() -> None:
+            client.delete(queue)  # no worker runs the submits: keep the queue from growing across runs
+
         def submits(side: str) -> Run:
             run = fixed(submit[side], plan)()
-            client.delete(queue)  # no worker runs them: keep the queue from growing across runs
+            clear()
             return run
 
         before = receiver.requests
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         # The same submits with both sides loaded at once: one moment of the machine for both.
         both = together("submit POST /v1/jobs, traced / untraced, loaded at once", "req/s", f">= {MINIMUM}x",
                         MINIMUM, plan, submit["on"], submit["off"], lambda r: r.rps,
-                        settle=lambda: client.delete(queue))
+                        settle=clear)
         rows.append(both)
         polls = paired("poll GET /v1/jobs/{id}, traced / untraced", "req/s", "-", 0.0, plan,
                        fixed(poll["on"], plan), fixed(poll["off"], plan), lambda r: r.rps)
