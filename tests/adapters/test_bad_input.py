@@ -49,7 +49,11 @@ def caller(users: Any) -> str:
 
 
 # -- JSON nested 1,000 deep ---------------------------------------------------------------------
-@pytest.mark.parametrize("path", ["/v1/jobs", f"/v1/jobs/{uuid.uuid4()}/input"])
+#: A job no one made (fixed: parallel test runs must collect the same test ids).
+MISSING = "c3a81e56-0f4b-4d27-9b1a-6e2d8f5c7a94"
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", f"/v1/jobs/{MISSING}/input"])
 def test_deep_json_on_http_is_a_400_problem(http: httpx.Client, path: str) -> None:
     response = post(http, path, b'{"operation": "test.noop", "params": {"a": ' + DEEP + b"}}", bearer("alice-token"))
     assert response.status_code == 400 and response.headers["Content-Type"] == "application/problem+json"

@@ -49,11 +49,15 @@ def down(request: pytest.FixtureRequest) -> Any:
     return create_app(make_settings(f"redis://127.0.0.1:{port}", redis_socket_timeout_s=0.5)).test_client()
 
 
+#: A job no one made (fixed: parallel test runs must collect the same test ids).
+MISSING = "e9d4b7a2-61c3-4f85-8e0d-3a5c1b7f2d69"
+
+
 @pytest.mark.parametrize(("method", "path", "body"), [
     ("POST", "/v1/jobs", {"operation": "test.noop", "params": {}}),
-    ("GET", f"/v1/jobs/{uuid.uuid4()}", None),
-    ("GET", f"/v1/jobs/{uuid.uuid4()}/result", None),
-    ("POST", f"/v1/jobs/{uuid.uuid4()}/cancel", None),
+    ("GET", f"/v1/jobs/{MISSING}", None),
+    ("GET", f"/v1/jobs/{MISSING}/result", None),
+    ("POST", f"/v1/jobs/{MISSING}/cancel", None),
     ("GET", "/v1/jobs", None),
 ])
 def test_http_answers_503_with_retry_after(down: Any, method: str, path: str, body: Any) -> None:
