@@ -24,6 +24,7 @@ from ..config import Settings
 from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from ..serving.tracing import Tracing, job_attributes, ms_to_ns
+from ..store.admission import GateLeave
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -278,10 +279,7 @@ class Executor:
             return self._cancelled(record)  # cancelled meanwhile: the outcome (or the park) is not recorded
         if outcome is not Moved.OK:
             return outcome
-        if leave is not None and leave.taken:
-            with self._finished_lock:
-                self._left.add(record.id)
-            self.admission.publish(leave.released)
+        self._left_in(leave, record)
         self.stats.note_outcome(record, target, at)
         if terminal:
             with self._finished_lock:
@@ -289,17 +287,29 @@ class Executor:
             self._tell_parent(record)
         return target.value
 
+    def _left_in(self, leave: GateLeave | None, record: JobRecord) -> None:
+        """The run left the gate in its last move (`leave.taken`): `run` leaves it no second time, and what the
+        leave let in is published."""
+        if leave is not None and leave.taken:
+            with self._finished_lock:
+                self._left.add(record.id)
+            self.admission.publish(leave.released)
+
     def _park(self, record: JobRecord, token: int, waiting: _Suspend) -> str:
         """The job waits for a time or for its children (`ctx.sleep`, `ctx.wait_for`), holding no worker. A
         parent then reads its children at once: the last of them may have finished before the park."""
         request_id = new_request_id()
+        # The run leaves the dispatch gate in the park itself: a child that finishes right after the park wakes the
+        # parent at once, and the gate must then see a job out of flight, not this run still in it.
+        leave = self.admission.leaving(record, JobState.SUSPENDED.value, self.registry.get)
         outcome, _ = through_outage(lambda: self.store.park(
-            record.id, token, waiting.change, look_in_ms=waiting.look_in_ms, request_id=request_id),
+            record.id, token, waiting.change, look_in_ms=waiting.look_in_ms, request_id=request_id, leave=leave),
             self.settings.lease_s * 10)
         if outcome is Moved.CANCELLED:
             return self._cancelled(record)
         if outcome is not Moved.OK:
             return outcome
+        self._left_in(leave, record)
         if waiting.children:
             with contextlib.suppress(StoreUnavailable):  # the wake schedule looks again soon
                 self.waker.check_parent(record.id)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model.domain import JobState
+from .admission import GateLeave
+from .admission import pairs as gate_pairs
 from .connect import redis_errors
 from .fields import OPERATION, STATE, TOKEN, Change
 from .outcomes import Moved, Woken
@@ -40,19 +42,27 @@ class Waits(StorePart):
         return int(seconds) * 1000 + int(micros) // 1000
 
     def park(self, job_id: str, token: int, change: Change, *, look_in_ms: int,
-             request_id: str | None = None) -> tuple[Moved, int]:
+             request_id: str | None = None, leave: GateLeave | None = None) -> tuple[Moved, int]:
         """Move a running job to `suspended` (fenced by `token`), writing `change`; the wake schedule gets the job
         `look_in_ms` from now in the same round trip, before the move, so a waiting job always has an entry.
-        Returns (outcome, Redis time of the move or 0)."""
+        `leave` (a single Redis): the run leaves the dispatch gate in the move's script, as `transition`'s does, so
+        that a wake right after the move finds the job out of flight. Returns (outcome, Redis time of the move or
+        0)."""
         args = [request_id or new_request_id(), token, JobState.SUSPENDED.value, JobState.RUNNING.value, "",
                 *change.pairs()]
 
         def build(p: Any) -> None:
             self._schedule_in(p, self.keys.wake(), [(job_id, max(0, look_in_ms))])
-            self._eval(p, "transition", self.keys.job_keys(job_id), *args)
+            if leave is None:
+                self._eval(p, "transition", self.keys.job_keys(job_id), *args)
+            else:
+                self._eval(p, "gate.finish", [*self.keys.job_keys(job_id), *leave.call.all_keys()],
+                           *leave.call.head(), "0", job_id, *args)
 
-        outcome, _, at = self._run(build, in_order=True)[1]
-        return Moved(outcome), int(at)
+        reply = self._run(build, in_order=True)[1]
+        if leave is not None:
+            leave.taken, leave.released = True, gate_pairs(reply[3:])
+        return Moved(reply[0]), int(reply[2])
 
     def wake(self, job_id: str, token: int | None, message: str, *, sweep_in_ms: int,
              request_id: str | None = None) -> tuple[Woken, int]:

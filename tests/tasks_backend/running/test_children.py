@@ -12,8 +12,9 @@ import pytest
 
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
-from tasks_backend.service.runtime import Runtime
-from tests.conftest import ALICE, BOB, wait_until
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.fields import Change
+from tests.conftest import ALICE, BOB, make_settings, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 A = Principal("alice")
@@ -23,8 +24,9 @@ def lines(ledger: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
 
 
-def submit(http: httpx.Client, operation: str, params: dict[str, Any]) -> str:
-    response = http.post("/v1/jobs", json={"operation": operation, "params": params}, headers=ALICE)
+def submit(http: httpx.Client, operation: str, params: dict[str, Any], priority: int = 5) -> str:
+    response = http.post("/v1/jobs", json={"operation": operation, "params": params, "priority": priority},
+                         headers=ALICE)
     assert response.status_code == 202, response.text
     return str(response.json()["taskId"])
 
@@ -59,8 +61,10 @@ def test_a_waiting_parent_holds_no_worker_and_says_what_it_waits_for(
         http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"
     # Five parents of one gated child each, on a worker of four slots: a parent that held its slot while
-    # waiting would leave its child no slot to run in.
-    parents = [submit(http, "test.parent", {"ledger": str(ledger), "children": 1, "gate": str(gate)})
+    # waiting would leave its child no slot to run in. The parents go first (priority 9, their children 5): the
+    # first parents' children are spawned while the test still submits, and four gated children started before
+    # the fifth parent would hold every slot until the gate opens.
+    parents = [submit(http, "test.parent", {"ledger": str(ledger), "children": 1, "gate": str(gate)}, priority=9)
                for _ in range(5)]
     wait_until(lambda: all(runtime.store.get(p).state is JobState.SUSPENDED for p in parents), 20,  # type: ignore[union-attr]
                message="every parent to wait")
@@ -69,6 +73,29 @@ def test_a_waiting_parent_holds_no_worker_and_says_what_it_waits_for(
     gate.touch()
     for p in parents:
         assert settled(http, p)["result"]["results"] == [{"child": 0}]
+
+
+def test_a_parent_whose_child_ends_just_before_it_parks_is_handed_to_the_workers_at_once(
+        redis_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child ends after the parent saw it running and before the parent's park: the park's own look at the
+    # children then wakes the parent while its run is still under way. The dispatch gate must by then count the
+    # run as over, or it takes the wake for a second admission of a job in flight and publishes nothing (the
+    # parent would wait for the sweeper). No worker consumes this runtime's queue: the test runs each job itself.
+    runtime = build_runtime(make_settings(redis_base))
+    store, executor = runtime.store, runtime.executor()
+    parent, _ = runtime.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
+    park = store.park
+
+    def child_ends_first(job_id: str, token: int, change: Change, **options: Any) -> Any:
+        for child in json.loads(change.children_json or "[]"):
+            assert executor.run(child) == "completed"
+        return park(job_id, token, change, **options)
+
+    monkeypatch.setattr(store, "park", child_ends_first)
+    assert executor.run(parent.id) == "suspended"
+    assert store.get(parent.id).state is JobState.QUEUED  # type: ignore[union-attr]
+    [(where, _)] = store.gate_where(executor.admission.call(), [parent.id])
+    assert where == "f", "the woken parent was not published again"
 
 
 @pytest.mark.parametrize("how", ["failed", "cancelled"])
