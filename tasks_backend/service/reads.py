@@ -38,13 +38,13 @@ class JobReads:
         read of one job."""
         if not valid_id(job_id):
             raise JobNotFound()
-        return self._view(as_principal(who), self.store.get(job_id))
+        return self._view(as_principal(who), self.store.read(job_id))
 
     def read_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobView, str | None]:
         """`read`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
         if not valid_id(job_id):
             raise JobNotFound()
-        record, value = self.store.get_with_meta(job_id, field)
+        record, value = self.store.read_with_meta(job_id, field)
         return self._view(as_principal(who), record), value
 
     def _view(self, principal: Principal, record: JobRecord | None) -> JobView:
@@ -56,14 +56,14 @@ class JobReads:
         principal = as_principal(who)
         if not valid_id(job_id):
             raise JobNotFound()
-        return _visible(principal, self.store.get(job_id))
+        return _visible(principal, self.store.read(job_id))
 
     def get_with_meta(self, who: Principal | str, job_id: str, field: str) -> tuple[JobRecord, str | None]:
         """`get`, and one field of the job's adapter metadata (`job_meta`), read in the same round trip."""
         principal = as_principal(who)
         if not valid_id(job_id):
             raise JobNotFound()
-        record, value = self.store.get_with_meta(job_id, field)
+        record, value = self.store.read_with_meta(job_id, field)
         return _visible(principal, record), value
 
     def list(self, who: Principal | str, *, status: str | None = None, limit: int = 50,

@@ -21,6 +21,7 @@ from .admission import pairs as gate_pairs
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
 from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OPERATION, OWNER, STATE, TOKEN, Change, record
+from .finished import FinishedReads, FinishedRecords
 from .indexes import IndexPages
 from .keys import Keys
 from .operate import OperateStore
@@ -44,8 +45,8 @@ class ListPush:
     counter_ttl_ms: int | None
 
 
-class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, OperateStore, QuestionIndex,
-                 RemoteWatch):
+class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, OperateStore,
+                 QuestionIndex, RemoteWatch):
     def __init__(self, client: redis.Redis, keys: Keys, *, max_ttl_ms: int,
                  replicas: tuple[int, int] = (0, 0)) -> None:
         # redis-py's return types are unions over its sync/async and bytes/str modes; with
@@ -59,6 +60,7 @@ class RedisStore(FeedReads, IndexPages, SweepSchedule, Waits, AdmissionStore, Op
         self._ttl_kept: dict[str, float] = {}
         #: One Redis (with or without Sentinel), not a Cluster: a script may touch keys of any slot.
         self.single = isinstance(client, redis.Redis)
+        self.finished = FinishedRecords(self.now_ms)
 
     # -- script plumbing -------------------------------------------------------
     def _run(self, build: Callable[[Any], None], *, in_order: bool = False) -> list[Any]:

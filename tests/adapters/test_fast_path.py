@@ -192,10 +192,11 @@ def test_only_get_task_and_an_immediate_send_take_the_fast_route(runtime: Runtim
 def test_a2a_get_task_makes_as_many_round_trips_as_a_poll(runtime: Runtime, flask_app: Any,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The record and its contextId are read together, so GetTask costs what a poll of the same job costs
-    (the entrance's own checks included); before, the context was a round trip of its own."""
+    (the entrance's own checks included); before, the context was a round trip of its own. The job never
+    finishes here (it asks, or waits for a worker): a finished one is answered from memory by both."""
     from redis.connection import AbstractConnection
 
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    record, _ = runtime.service.submit("alice", "test.ask_pair", {})
     client = flask_app.test_client()
     get = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": record.id}}
     sent: list[int] = []
