@@ -75,6 +75,10 @@ def pairs(flat: Sequence[Any]) -> Released:
     return [(str(flat[i]), str(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
 
 
+def finish_reply(reply: Sequence[Any]) -> tuple[Moved, str, int, Released]:
+    """`gate.finish`'s reply (transition.lua's, then the released pairs) as (outcome, state before, time, released)."""
+    return Moved(reply[0]), str(reply[1]), int(reply[2]), pairs(reply[3:])
+
 class AdmissionStore(StorePart):
     """The gate's scripts."""
 
@@ -97,9 +101,13 @@ class AdmissionStore(StorePart):
                     final: bool) -> tuple[Moved, str, int, Released]:
         """A run's last transition (`args`: transition.lua's ARGV) and the job's leave from flight in one script, on
         a single Redis: (outcome, state before, Redis time of the change or 0, released)."""
-        reply = self.scripts.call("gate.finish", [*self.keys.job_keys(job_id), *call.all_keys()], *call.head(),
-                                  "1" if final else "0", job_id, *args)
-        return Moved(reply[0]), str(reply[1]), int(reply[2]), pairs(reply[3:])
+        keys, argv = self.gate_finish_args(call, job_id, args, final=final)
+        return finish_reply(self.scripts.call("gate.finish", keys, *argv))
+
+    def gate_finish_args(self, call: GateCall, job_id: str, args: Sequence[Any], *,
+                         final: bool) -> tuple[list[str], list[Any]]:
+        """The keys and the ARGV of `gate.finish` (also for a caller that queues it in a pipeline of its own)."""
+        return [*self.keys.job_keys(job_id), *call.all_keys()], [*call.head(), "1" if final else "0", job_id, *args]
 
     def gate_tick(self, call: GateCall, worker: str = "", slots: int = 0,
                   slots_ttl_ms: int = 0) -> tuple[int, int | None, Released]:

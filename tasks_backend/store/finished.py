@@ -36,28 +36,23 @@ class FinishedRecords:
         """`redis_time`: Redis's clock in ms (`RedisStore.now_ms`); `clock`: this host's monotonic one, in s."""
         self.redis_time, self.size, self.max_age_s, self.clock = redis_time, size, max_age_s, clock
         self._synced: tuple[float, int] | None = None  # (clock(), Redis ms) when Redis's clock was last read
-        self._kept: OrderedDict[str, tuple[float, JobRecord, tuple[tuple[str, str | None], ...]]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[float, JobRecord, tuple[str, str | None] | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, job_id: str, meta: str | None = None) -> tuple[JobRecord, str | None] | None:
         """The record kept for `job_id` (and its adapter metadata field `meta`, when that was kept with it), or
         None: never kept, kept too long ago, or kept without that field."""
-        if self.size <= 0:
-            return None
         with self._lock:
             kept = self._kept.get(job_id)
             if kept is None:
                 return None
-            until, record, fields = kept
+            until, record, field = kept
             if self.clock() >= until:
                 del self._kept[job_id]
                 return None
         if meta is None:
             return record, None
-        for name, value in fields:
-            if name == meta:
-                return record, value
-        return None
+        return (record, field[1]) if field is not None and field[0] == meta else None
 
     def keep(self, record: JobRecord, meta: tuple[str, str | None] | None = None) -> None:
         """Remember `record` if its job is finished (anything else is left alone), with one metadata field (name,
@@ -73,7 +68,7 @@ class FinishedRecords:
             until = old[0] if old is not None else self.clock() + min(self.max_age_s, left_s)
             if until <= self.clock():
                 return
-            self._kept[record.id] = (until, record, () if meta is None else (meta,))
+            self._kept[record.id] = (until, record, meta)
             while len(self._kept) > self.size:
                 self._kept.popitem(last=False)
 
@@ -88,9 +83,7 @@ class FinishedRecords:
 def _small(record: JobRecord) -> bool:
     size = len(record.params_json)
     for part in (record.result, record.error, record.input_requests):
-        if size > MAX_RECORD_BYTES:
-            return False
-        if part is not None:
+        if part is not None and size <= MAX_RECORD_BYTES:
             size += len(json.dumps(part, default=str))
     return size <= MAX_RECORD_BYTES
 
@@ -104,20 +97,17 @@ class FinishedReads:
 
     def read(self, job_id: str) -> JobRecord | None:
         """`get` for a caller: a finished job read a moment ago is answered from memory."""
-        kept = self.finished.get(job_id)
-        if kept is not None:
-            return kept[0]
-        found = self.get(job_id)
-        if found is not None:
-            self.finished.keep(found)
-        return found
+        return self._read(job_id, None)[0]
 
     def read_with_meta(self, job_id: str, field: str) -> tuple[JobRecord | None, str | None]:
         """`get_with_meta` for a caller, as `read` is `get`'s."""
+        return self._read(job_id, field)
+
+    def _read(self, job_id: str, field: str | None) -> tuple[JobRecord | None, str | None]:
         kept = self.finished.get(job_id, field)
         if kept is not None:
             return kept
-        found, value = self.get_with_meta(job_id, field)
+        found, value = (self.get(job_id), None) if field is None else self.get_with_meta(job_id, field)
         if found is not None:
-            self.finished.keep(found, (field, value))
+            self.finished.keep(found, None if field is None else (field, value))
         return found, value

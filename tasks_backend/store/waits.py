@@ -7,13 +7,12 @@ different jobs in different Cluster slots: no script here touches two jobs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..model.domain import JobState
-from .admission import GateLeave
-from .admission import pairs as gate_pairs
+from .admission import GateLeave, finish_reply
 from .connect import redis_errors
 from .fields import OPERATION, STATE, TOKEN, Change
 from .outcomes import Moved, Woken
@@ -34,6 +33,8 @@ class Waiting:
 
 class Waits(StorePart):
     """The waiting side of the job store."""
+
+    gate_finish_args: Callable[..., tuple[list[str], list[Any]]]  # AdmissionStore's
 
     def now_ms(self) -> int:
         """Redis's clock, in ms: the one clock every process compares times by."""
@@ -56,13 +57,13 @@ class Waits(StorePart):
             if leave is None:
                 self._eval(p, "transition", self.keys.job_keys(job_id), *args)
             else:
-                self._eval(p, "gate.finish", [*self.keys.job_keys(job_id), *leave.call.all_keys()],
-                           *leave.call.head(), "0", job_id, *args)
+                keys, argv = self.gate_finish_args(leave.call, job_id, args, final=leave.final)
+                self._eval(p, "gate.finish", keys, *argv)
 
-        reply = self._run(build, in_order=True)[1]
+        outcome, _, at, released = finish_reply(self._run(build, in_order=True)[1])
         if leave is not None:
-            leave.taken, leave.released = True, gate_pairs(reply[3:])
-        return Moved(reply[0]), int(reply[2])
+            leave.taken, leave.released = True, released
+        return outcome, at
 
     def wake(self, job_id: str, token: int | None, message: str, *, sweep_in_ms: int,
              request_id: str | None = None) -> tuple[Woken, int]:
