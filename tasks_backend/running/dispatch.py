@@ -185,11 +185,15 @@ class RedisDispatcher(CeleryDispatcher):
         return ListPush(self.settings.queue, self.message(job_id, operation), self.pushes_key, self.counter_ttl_due())
 
     def _count_push(self, pipe: Any) -> None:
-        # After the push: a count lost with the connection only undercounts (see the class doc).
-        pipe.incr(self.pushes_key)
+        """Counts the push queued in `pipe` and runs it. After the push: a count lost with the connection only
+        undercounts (see the class doc). A counter the push made gets its TTL at once, renewal due or not."""
         ttl_ms = self.counter_ttl_due()
+        pipe.incr(self.pushes_key)
         if ttl_ms is not None:
             pipe.pexpire(self.pushes_key, ttl_ms)
+        replies = pipe.execute()
+        if ttl_ms is None and replies[-1] == 1:
+            self.broker.pexpire(self.pushes_key, self.pushes_key_ttl_ms)
 
     def counter_ttl_due(self) -> int | None:
         """The push counter's TTL when this process should renew it with its next push, else None: a TTL of
@@ -206,14 +210,11 @@ class RedisDispatcher(CeleryDispatcher):
                 super().publish(job_id, operation, countdown_s)
                 # Celery pushed the message (held by a worker until its ETA); count it, in a round trip
                 # of its own: retries are not a hot path.
-                pipe = self.broker.pipeline(transaction=False)
-                self._count_push(pipe)
-                pipe.execute()
+                self._count_push(self.broker.pipeline(transaction=False))
                 return
             pipe = self.broker.pipeline(transaction=False)
             pipe.lpush(self.settings.queue, self.message(job_id, operation))
             self._count_push(pipe)
-            pipe.execute()
         except redis.RedisError as exc:
             log.warning("publish failed for job %s: %s", job_id, type(exc).__name__)
             raise DispatchUnavailable() from exc

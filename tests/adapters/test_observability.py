@@ -9,6 +9,8 @@ import logging
 import socket
 from typing import Any
 
+from celery.contrib.testing.worker import start_worker
+
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
 from tasks_backend.config import Settings
@@ -16,6 +18,7 @@ from tasks_backend.running.stats import JobStats, Tally
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.serving.logs import JsonFormatter, configure_logging, job_context, mask_secrets
 from tests.conftest import ALICE, make_settings, wait_until
+from workers.celery_app import create_celery
 
 
 def _dead_url() -> str:
@@ -31,7 +34,18 @@ def _metric(text: str, line_start: str) -> float:
     return 0.0
 
 
-def test_metrics_count_outcomes_durations_and_parked_jobs(worker: Any, runtime: Runtime, client: Any) -> None:
+def test_metrics_count_outcomes_durations_and_parked_jobs(redis_base: str, settings: Settings) -> None:
+    """A deployment of the test's own (keys, queue, worker): the parked gauge counts every job of its keys, and
+    the suite's jobs park and wake beside it."""
+    own = make_settings(redis_base, tokens=settings.tokens)
+    runtime = build_runtime(own)
+    client = create_app(runtime=runtime).test_client()
+    with start_worker(create_celery(own), pool="threads", concurrency=2, perform_ping_check=False,
+                      loglevel="WARNING", shutdown_timeout=15):
+        _count_outcomes_durations_and_parked_jobs(runtime, client)
+
+
+def _count_outcomes_durations_and_parked_jobs(runtime: Runtime, client: Any) -> None:
     alice = Principal("alice")
     before = client.get("/metrics", headers=ALICE).text
     done, _ = runtime.service.submit(alice, "test.counted", {})

@@ -36,8 +36,6 @@ if ARGV[7] ~= '' then
   return {created, false, unpack(out)}
 end
 if q then
-  redis.call('LPUSH', KEYS[q], ARGV[5])
-  redis.call('INCR', KEYS[q + 1])
-  if ARGV[6] ~= '' then redis.call('PEXPIRE', KEYS[q + 1], ARGV[6]) end
+  push_counted(q, ARGV[5], ARGV[6], ARGV[2])
 end
 return {created, false}

@@ -141,3 +141,20 @@ def test_the_gate_publishes_what_it_released_by_operation_whatever_the_entry_kep
     assert client.llen(queue) == 0
     assert [(m["headers"]["id"], m["headers"]["shadow"]) for m in published] == [
         ("job-a", "demo.sleep"), ("job-b", "demo.sleep"), (record.id, "demo.sleep")]
+
+
+@pytest.mark.parametrize("fair_shares", [True, False], ids=["through-the-gate", "straight"])
+def test_a_push_counter_made_again_gets_its_ttl_whichever_push_makes_it(settings: Settings, fair_shares: bool) -> None:
+    """The counter's TTL is renewed once a minute per process, with a push; a push that finds the counter gone (it
+    expired, or was never made) gives it one between renewals too, in a submit, through the gate, or published."""
+    service, client, queue = _inline_service(settings.with_(fair_shares=fair_shares))
+    dispatcher = service.dispatcher
+    assert isinstance(dispatcher, RedisDispatcher)
+    counter = service.store.keys.queue_pushes(queue)
+    for push in (lambda: service.submit("alice", "test.noop", {}),
+                 lambda: dispatcher.publish(secrets.token_hex(8), "test.noop"),
+                 lambda: dispatcher.publish(secrets.token_hex(8), "test.noop", countdown_s=60)):
+        client.delete(counter)
+        dispatcher.counter_ttl_due()  # renewed just now: the next push is not due to renew it
+        push()
+        assert int(client.get(counter) or 0) == 1 and int(client.pttl(counter)) > 0

@@ -166,9 +166,9 @@ def exercise(d: RemoteDeployment, tmp: Path) -> None:
                                           "arguments": {"seconds": 2, "steps": 2}}),
             d.submit("test.remote_message", {"url": d.url + "/a2a", "message": {
                 "operation": "demo.sleep", "params": {"seconds": 2, "steps": 2}}})]
-    soon, hold = (datetime.now(UTC) + timedelta(seconds=3)).isoformat(), tmp / "hold"
+    later, hold = (datetime.now(UTC) + timedelta(minutes=5)).isoformat(), tmp / "hold"
     for body in ({"operation": "test.noop", "params": {}, "delayMs": 300, "priority": 5},
-                 {"operation": "test.noop", "params": {}, "runAt": soon},
+                 {"operation": "test.noop", "params": {}, "runAt": later},
                  *({"operation": "test.limited", "params": {"ledger": str(tmp / "limited"), "customer_id": "c1",
                                                             "hold": str(hold)}} for _ in range(3))):
         reply = http.post("/v1/jobs", json=body)
@@ -192,8 +192,9 @@ def exercise(d: RemoteDeployment, tmp: Path) -> None:
     # While remote tasks, questions, links, held and delayed jobs wait, their keys have TTLs too.
     wait_until(lambda: all(d.state(j) is JobState.SUSPENDED for j in jobs[:2]), 20, message="the remote jobs to park")
     assert http.post(f"/v1/jobs/{revoked}/questions/approve/link").status_code == 201
-    assert d.state(jobs[3]) is JobState.QUEUED  # its runAt is still ahead
+    assert d.state(jobs[3]) is JobState.QUEUED  # its runAt is minutes ahead
     assert keys_without_ttl(d.runtime) == []
+    assert http.post(f"/v1/jobs/{jobs[3]}/cancel").status_code == 202  # a delayed job leaves when cancelled
     hold.touch()
     link = http.post(f"/v1/jobs/{linked}/questions/approve/link").json()
     path = "/ui/answer/" + link["url"].rsplit("/", 1)[1]

@@ -13,6 +13,15 @@
 -- The slot total is cached in `turns` ('cap', -1: no worker published; 'capu': until when, the earliest expiry
 -- of a live worker's publish), so a call reads one hash, and recounts only when a publish expired.
 
+-- Pushes `msg` onto the broker queue at KEYS[q] and counts it at KEYS[q + 1]. `cttl`: the counter's TTL when this
+-- caller is due to renew it, else ''; a counter the push makes (it expired, or never was) gets `floor` at once,
+-- so that it never lives without one until a renewal lengthens it.
+local function push_counted(q, msg, cttl, floor)
+  redis.call('LPUSH', KEYS[q], msg)
+  if redis.call('INCR', KEYS[q + 1]) == 1 and cttl == '' then cttl = floor end
+  if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
+end
+
 -- A delay as callers pass it: ms from now, or '@' and an absolute time (Redis ms).
 local function gate_delay(spec, now)
   if string.sub(spec, 1, 1) == '@' then return tonumber(string.sub(spec, 2)) - now end
@@ -106,9 +115,7 @@ local function gate_release(g, q, cttl, id, info, now, ttl, out, flying, fresh)
   -- Only a broker message is pushed here: an entry written by a process that publishes through its dispatcher
   -- holds the operation ('' once dropped), which the caller turns into a message or publishes as it is.
   if q and string.sub(x, 1, 1) == '{' then
-    redis.call('LPUSH', KEYS[q], x)
-    redis.call('INCR', KEYS[q + 1])
-    if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
+    push_counted(q, x, cttl, ttl)
   else
     table.insert(out, id); table.insert(out, x)
   end
