@@ -1,10 +1,12 @@
-"""The worker's Redis and Sentinel broker transports: kombu's, with two changes.
+"""The worker's Redis and Sentinel broker transports: kombu's, with these changes.
 
 - A channel whose connection is gone raises the connection error it is, so that Celery reconnects after
   losing the broker during a BRPOP instead of shutting the worker down (`_WorkerChannel._connparams`).
 - One synchronous client per connection pool, instead of one built for every command (`_create_client`).
 - A message that is not JSON is dropped with a warning instead of stopping the worker (`_brpop_read`, `_get`):
   the job it stood for, if any, is still queued in the store, whose sweeper publishes it again.
+- When the broker is the store's Redis, a job message's late-ack bookkeeping and the job's claim are one call
+  (`FetchClaimQoS`): the pool process that runs the job starts from that claim, without a round trip of its own.
 
 Rule: only the worker uses these, and only for `redis://` and `sentinel://` broker URLs; `rediss://` keeps
 kombu's own (given a transport class, kombu would read the TLS settings from the URL's query alone).
@@ -14,20 +16,75 @@ from __future__ import annotations
 
 import json
 import logging
+from time import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from kombu.transport.virtual import Empty
+from kombu.utils.json import dumps
+
+from tasks_backend.config import Settings
+from tasks_backend.running.dispatch import RUN_TASK
+from tasks_backend.running.execution import worker_name
+from tasks_backend.store.claims import ClaimTerms, FetchClaim
+from tasks_backend.store.keys import Keys
 
 log = logging.getLogger(__name__)
+
+
+#: The transport option that turns the claim with the fetch on (`fetch_claim_options`), and the header that carries
+#: a claim's reply from the worker's main process to the pool process that runs the job: (job id, reply).
+FETCH_CLAIM = "tasks_backend_claim"
+
+
+def fetch_claim_options(settings: Settings) -> dict[str, Any]:
+    """The broker transport options that make a worker claim each job as it fetches its message: only where the
+    broker is the store's own Redis and database (one script touches both) and the transport is ours."""
+    if settings.effective_broker_url != settings.redis_url or worker_transport(settings.redis_url) != TRANSPORT:
+        return {}
+    return {FETCH_CLAIM: {"prefix": settings.key_prefix, "lease_ms": int(settings.lease_s * 1000),
+                          "max_attempts": settings.max_attempts}}
+
+
+class FetchClaimQoS(kombu_redis.QoS):  # type: ignore[misc]
+    """kombu's late-ack bookkeeping for a message as it arrives, with the job's claim in the same call when the
+    message is a job's run due now (a message held for a later time is claimed by its run, when it starts)."""
+
+    channel: Any
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        claim = self.channel.fetch_claim()
+        headers = message.headers
+        job_id = headers.get("id")
+        if claim is None or headers.get("task") != RUN_TASK or headers.get("eta") or not job_id:
+            return super().append(message, delivery_tag)  # type: ignore[no-any-return]
+        delivery = message.delivery_info
+        kept = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])
+        with self.channel.conn_or_acquire() as client:
+            reply = claim(client, job_id, (self.unacked_index_key, self.unacked_key), delivery_tag, time(), kept)
+        virtual.QoS.append(self, message, delivery_tag)
+        # The kept copy (what kombu restores) has no claim: a message delivered again is claimed again.
+        message.headers = {**headers, FETCH_CLAIM: (job_id, reply)}
+        return None
 
 
 class _WorkerChannel:
     connection: Any
     pool: Any
     _sync_client: Any = None
+    tasks_backend_claim: dict[str, Any] | None = None
+    _fetch_claim: FetchClaim | None = None
+
+    def fetch_claim(self) -> FetchClaim | None:
+        """The claim this channel makes with each job message it fetches, or None (see `fetch_claim_options`)."""
+        if self._fetch_claim is None and self.tasks_backend_claim:
+            opts = self.tasks_backend_claim
+            self._fetch_claim = FetchClaim(Keys(opts["prefix"]), ClaimTerms(
+                int(opts["lease_ms"]), worker_name(), int(opts["max_attempts"])))
+        return self._fetch_claim
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         """Celery closes a lost connection's channel twice, and kombu's first close detaches the transport:
@@ -68,7 +125,8 @@ def _dropped() -> None:
 
 
 class Channel(_WorkerChannel, kombu_redis.Channel):  # type: ignore[misc]
-    pass
+    QoS = FetchClaimQoS
+    from_transport_options = (*kombu_redis.Channel.from_transport_options, "tasks_backend_claim")
 
 
 class Transport(kombu_redis.Transport):  # type: ignore[misc]

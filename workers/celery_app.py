@@ -15,7 +15,7 @@ from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.serving.tracing import Tracing
 
 from . import admission, operations, remote_polling, waking
-from .broker import worker_transport
+from .broker import FETCH_CLAIM, fetch_claim_options, worker_transport
 from .flower import JobFailedOutcome, celery_outcome
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,7 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
     app.conf.update(celery_config(settings, consumer=consumer))
     if consumer and (transport := worker_transport(settings.effective_broker_url)):
         app.conf.broker_transport = transport  # a lost broker is reconnected to, not fatal: see broker.py
+        app.conf.broker_transport_options = {**app.conf.broker_transport_options, **fetch_claim_options(settings)}
     # Read once, here: the runtime built later in each process (and push delivery) share it.
     tracing = Tracing.from_env() if consumer else Tracing.off()
     app.tasks_backend_tracing = tracing  # type: ignore[attr-defined]
@@ -64,7 +65,10 @@ def create_celery(settings: Settings | None = None, *, consumer: bool = True) ->
     @app.task(name=RUN_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True, throws=(JobFailedOutcome,))
     def run_job(self: Task[Any, Any], job_id: str) -> str:
-        outcome = runtime().executor().run(job_id)
+        fetched = self.request.get(FETCH_CLAIM)
+        # The claim made with the fetch, when it was this job's (a message whose task id is not its job's, sent
+        # by hand, is claimed here as any other).
+        outcome = runtime().executor().run(job_id, fetched[1] if fetched and fetched[0] == job_id else None)
         # Celery's own line already carries the outcome; say more only when the job did not complete.
         log.log(logging.DEBUG if outcome == "completed" else logging.INFO, "job %s: %s", job_id, outcome)
         if outcome == "completed":

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import Settings
@@ -25,6 +25,7 @@ from ..errors import DispatchUnavailable, StoreUnavailable, TasksBackendError
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, now_ms
 from ..serving.tracing import Tracing, job_attributes, ms_to_ns
 from ..store.admission import GateLeave
+from ..store.claims import ClaimTerms, read_claim
 from ..store.connect import through_outage
 from ..store.fields import Change
 from ..store.jobs import RedisStore
@@ -127,6 +128,10 @@ class Executor:
         self._left: set[str] = set()
         self._finished_lock = threading.Lock()
 
+    def claim_terms(self, worker: str) -> ClaimTerms:
+        """What this executor's claims ask, for `worker` (the transport's claims name the worker's main process)."""
+        return ClaimTerms(self.lease_ms, worker, self.settings.max_attempts)
+
     def flush(self) -> None:
         """Write what may lag a job's outcome by a second: its metrics, and taking it off the sweep schedule.
 
@@ -141,13 +146,13 @@ class Executor:
             self.stats.forget_running()  # written again in full by the next flush
             log.debug("deferred writes dropped: Redis is unreachable")
 
-    def run(self, job_id: str) -> str:
-        """Run the job if it is ours to run; returns what happened (for logs and tests)."""
-        outcome, record = self.store.claim(
-            job_id, lease_ms=self.lease_ms, worker=self.name,
-            max_attempts=self.settings.max_attempts,
-            exhausted_error={"message": f"Gave up after {self.settings.max_attempts} attempts: "
-                                        "the worker running it was lost each time.", "type": "WorkerLost"})
+    def run(self, job_id: str, fetched: Sequence[Any] | None = None) -> str:
+        """Run the job if it is ours to run; returns what happened (for logs and tests). `fetched`: the reply of
+        the claim the worker's transport made with the job's message (`store.claims.FetchClaim`), when it made one."""
+        if fetched is not None:
+            outcome, record = read_claim(job_id, fetched)
+        else:
+            outcome, record = self.store.claim(job_id, self.claim_terms(self.name))
         if outcome is not Claimed.OK or record is None:
             self.admission.after_run(job_id, outcome)
             return outcome

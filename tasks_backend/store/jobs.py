@@ -6,7 +6,6 @@ Every state change is a script (`store.scripts`) run through `ScriptRunner`; Red
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,9 +17,10 @@ from ..errors import StoreUnavailable
 from ..model.domain import TERMINAL_STATES, JobRecord, JobState, sources_of
 from .admission import AdmissionStore, GateEntry, GateLeave, Released
 from .admission import pairs as gate_pairs
+from .claims import ClaimTerms, read_claim
 from .connect import REDIS_DOWN, redis_errors
 from .feeds import FeedReads
-from .fields import CANCELLED_TOKEN, CLAIM_DROPS, OPERATION, OWNER, STATE, TOKEN, Change, record
+from .fields import CANCELLED_TOKEN, OPERATION, OWNER, STATE, TOKEN, Change, record
 from .finished import FinishedReads, FinishedRecords
 from .indexes import IndexPages
 from .keys import Keys
@@ -269,25 +269,13 @@ class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, Adm
 
         self._run(build)
 
-    def claim(self, job_id: str, *, lease_ms: int, worker: str, max_attempts: int,
-              exhausted_error: dict[str, Any], request_id: str | None = None) -> tuple[Claimed, JobRecord | None]:
-        """Take the job for this worker; on "ok" the record comes back in the same reply.
+    def claim(self, job_id: str, terms: ClaimTerms, *,
+              request_id: str | None = None) -> tuple[Claimed, JobRecord | None]:
+        """Take the job for a worker; on "ok" the record comes back in the same reply.
 
         The job's sweep entry (made when it was queued) is left as it is: when it comes due the sweeper
         finds the lease and looks again when it would lapse, which is how a dead worker is noticed."""
-        reply = self._job("claim", job_id, request_id or new_request_id(), lease_ms, worker, max_attempts,
-                          json.dumps(exhausted_error))
-        outcome = Claimed(reply[0])
-        if outcome is not Claimed.OK:
-            return outcome, None
-        read, wrote = reply[2], reply[3]
-        raw = dict(zip(read[::2], read[1::2], strict=True))
-        queued = raw["updated"]  # the last move before this run: when its wait in the queue began
-        if wrote:  # a replay answers with the hash as the claim left it
-            for name in CLAIM_DROPS:
-                raw.pop(name, None)
-            raw.update(zip(wrote[::2], wrote[1::2], strict=True))
-        return outcome, record(job_id, raw, queued_ms=int(queued))
+        return read_claim(job_id, self._job("claim", job_id, *terms.args(request_id)))
 
     def renew_many(self, leases: Sequence[tuple[str, int]], *, lease_ms: int) -> list[Standing]:
         """Renew several leases in one round trip: each worker's standing on its job."""

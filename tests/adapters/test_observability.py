@@ -7,9 +7,8 @@ import io
 import json
 import logging
 import socket
+from pathlib import Path
 from typing import Any
-
-from celery.contrib.testing.worker import start_worker
 
 from adapters.app import create_app
 from tasks_backend.access.auth import Principal
@@ -18,7 +17,7 @@ from tasks_backend.running.stats import JobStats, Tally
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.serving.logs import JsonFormatter, configure_logging, job_context, mask_secrets
 from tests.conftest import ALICE, make_settings, wait_until
-from workers.celery_app import create_celery
+from tests.support.procs import worker_process
 
 
 def _dead_url() -> str:
@@ -34,15 +33,18 @@ def _metric(text: str, line_start: str) -> float:
     return 0.0
 
 
-def test_metrics_count_outcomes_durations_and_parked_jobs(redis_base: str, settings: Settings) -> None:
-    """A deployment of the test's own (keys, queue, worker): the parked gauge counts every job of its keys, and
-    the suite's jobs park and wake beside it."""
+def test_metrics_count_outcomes_durations_and_parked_jobs(redis_base: str, settings: Settings, tmp_path: Path) -> None:
+    """A deployment of the test's own (keys, queue, a worker process): the parked gauge counts every job of its
+    keys, and the suite's jobs park and wake beside it. (A second Celery worker in this process would stop the
+    suite's when it stops: Celery keeps a worker's stop in module state.)"""
     own = make_settings(redis_base, tokens=settings.tokens)
     runtime = build_runtime(own)
     client = create_app(runtime=runtime).test_client()
-    with start_worker(create_celery(own), pool="threads", concurrency=2, perform_ping_check=False,
-                      loglevel="WARNING", shutdown_timeout=15):
+    worker = worker_process(own, tmp_path / "worker.log", pool="threads", concurrency=2)
+    try:
         _count_outcomes_durations_and_parked_jobs(runtime, client)
+    finally:
+        worker.stop()
 
 
 def _count_outcomes_durations_and_parked_jobs(runtime: Runtime, client: Any) -> None:

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import redis
 
 from tasks_backend.model.domain import JobState
+from tasks_backend.running.dispatch import CeleryDispatcher
+from tasks_backend.running.execution import worker_name
 from tasks_backend.service.runtime import build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
-from workers.broker import SENTINEL_TRANSPORT, TRANSPORT, Channel, SentinelChannel, worker_transport
+from workers.broker import (
+    FETCH_CLAIM,
+    SENTINEL_TRANSPORT,
+    TRANSPORT,
+    Channel,
+    SentinelChannel,
+    fetch_claim_options,
+    worker_transport,
+)
 from workers.celery_app import create_celery
 
 
@@ -95,3 +106,44 @@ def test_a_message_that_is_not_json_is_dropped_and_the_worker_runs_on(redis_base
         assert "was dropped" in proc.output()
     finally:
         proc.stop()
+
+
+def test_a_job_message_is_claimed_in_its_fetch_and_kept_for_a_restore_without_the_claim(redis_base: str) -> None:
+    """The broker is the store's Redis: the fetch's late-ack bookkeeping and the job's claim are one call, the
+    claim rides to the run in a header, and the run makes no claim of its own (one claim, one attempt). What
+    kombu keeps to restore the message, should the worker be lost, carries no claim: it is claimed again."""
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    app = create_celery(settings)
+    with app.connection_for_read() as conn:
+        message = conn.SimpleQueue(settings.queue).get(timeout=5)
+        job_id, reply = message.headers[FETCH_CLAIM]
+        assert job_id == record.id and reply[0] == "ok"
+        claimed = runtime.store.get(record.id)
+        assert claimed is not None and claimed.state is JobState.RUNNING and claimed.attempts == 1
+        assert runtime.store.redis.hget(runtime.store.keys.job(record.id), "worker") == worker_name()
+        kept, _, _ = json.loads(conn.default_channel.client.hget("unacked", message.delivery_tag))
+        assert FETCH_CLAIM not in kept["headers"] and kept["headers"]["id"] == record.id
+        assert runtime.executor().run(record.id, reply) == "completed"
+        message.ack()
+    done = runtime.store.get(record.id)
+    assert done is not None and done.state is JobState.COMPLETED and done.attempts == 1
+
+
+def test_a_message_held_for_later_is_claimed_by_its_run_and_other_brokers_claim_nothing_in_the_fetch(
+        redis_base: str) -> None:
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    runtime.store.redis.delete(settings.queue)
+    CeleryDispatcher(settings).publish(record.id, "test.noop", countdown_s=30)
+    with create_celery(settings).connection_for_read() as conn:
+        message = conn.SimpleQueue(settings.queue).get(timeout=5)
+        assert message.headers["eta"] and FETCH_CLAIM not in message.headers
+        queued = runtime.store.get(record.id)
+        assert queued is not None and queued.state is JobState.QUEUED and queued.attempts == 0
+        message.ack()
+    assert fetch_claim_options(settings)
+    assert not fetch_claim_options(settings.with_(broker_url=f"{redis_base}/13"))  # not the store's database
+    assert not fetch_claim_options(settings.with_(broker_url="amqp://guest@127.0.0.1//"))

@@ -12,6 +12,7 @@ import redis
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState, now_ms
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tests.conftest import wait_until
 
@@ -60,15 +61,13 @@ def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> No
     from tasks_backend.service.runtime import build_runtime
 
     record, _ = build_runtime(idle).service.submit(ALICE, "test.noop", {})
-    outcome, claimed = store.claim(record.id, lease_ms=1, worker="a", max_attempts=5,
-                                   exhausted_error={})
+    outcome, claimed = store.claim(record.id, ClaimTerms(1, "a", 5))
     assert outcome == "ok" and claimed is not None and claimed.state is JobState.RUNNING
     old = claimed.token
     # the lease lapses; the sweeper requeues the job and another worker claims it
     wait_until(lambda: store.sweep_many([record.id], grace_ms=1000, max_attempts=5, abandoned_error={},
                                         backlog=None)[0][0] == "republish", message="requeue")
-    outcome, reclaimed = store.claim(record.id, lease_ms=60_000, worker="b", max_attempts=5,
-                                     exhausted_error={})
+    outcome, reclaimed = store.claim(record.id, ClaimTerms(60_000, "b", 5))
     assert outcome == "ok" and reclaimed is not None
     new = reclaimed.token
     assert new > old
@@ -78,8 +77,7 @@ def test_a_worker_that_lost_its_lease_can_change_nothing(runtime: Runtime) -> No
     assert store.transition(record.id, JobState.COMPLETED, token=old, change=Change(result_json="1"),)[0] == "fenced"
     assert svc.get(ALICE, record.id).state is JobState.RUNNING
     # a live lease also keeps a second claim away
-    assert store.claim(record.id, lease_ms=1000, worker="c", max_attempts=5,
-                       exhausted_error={})[0] == "busy"
+    assert store.claim(record.id, ClaimTerms(1000, "c", 5))[0] == "busy"
     assert store.transition(record.id, JobState.COMPLETED, token=new, change=Change(result_json="1"),)[0] == "ok"
     assert svc.get(ALICE, record.id).result == 1
 
@@ -90,8 +88,7 @@ def test_terminal_states_refuse_every_transition(runtime: Runtime) -> None:
     for target in JobState:
         outcome, before, _ = runtime.store.transition(record.id, target, sweep_in_ms=0)
         assert (outcome, before) == ("illegal", "completed")
-    assert runtime.store.claim(record.id, lease_ms=1000, worker="x", max_attempts=5,
-                               exhausted_error={})[0] == "terminal"
+    assert runtime.store.claim(record.id, ClaimTerms(1000, "x", 5))[0] == "terminal"
 
 
 def test_sweeper_drops_an_orphan_of_a_lost_idempotency_race(runtime: Runtime) -> None:

@@ -16,6 +16,7 @@ from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.jobs import RedisStore
 from tests.conftest import wait_until
 
@@ -95,7 +96,7 @@ def test_a_message_that_left_the_queue_without_a_claim_is_republished(runtime: R
     for expected in jobs[:2]:
         taken = message_job(broker.rpop(queue))
         assert taken == expected
-        assert store.claim(taken, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[0] == "ok"
+        assert store.claim(taken, ClaimTerms(60_000, "w", 5))[0] == "ok"
     assert message_job(broker.rpop(queue)) == jobs[2]
     republished: dict[str, int] = {}
 

@@ -15,6 +15,7 @@ import pytest
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tests.conftest import ALICE, wait_until
 from tests.tasks_backend.store.test_replay import idle_runtime
@@ -97,7 +98,7 @@ def test_the_wake_schedule_wakes_a_parent_whose_last_childs_notice_was_lost(runt
     child, _ = idle.service.submit(A, "test.noop", {})
     store.request_cancel(child.id, "alice")
     parent, _ = idle.service.submit(A, "test.noop", {})
-    store.claim(parent.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    store.claim(parent.id, ClaimTerms(60_000, "w", 5))
     change = Change.waiting("Waiting for 1 child job.", children_json=json.dumps([child.id]))
     assert store.park(parent.id, 1, change, look_in_ms=0)[0] == "ok"
     wait_until(lambda: store.get(parent.id).state is not JobState.SUSPENDED, 5,  # type: ignore[union-attr]

@@ -12,6 +12,7 @@ from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import build_runtime
 from tasks_backend.store.admission import GateCall, GateEntry, GateLeave
 from tasks_backend.store.admission import entry as gate_entry
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import RedisStore
 from tests.conftest import make_settings, wait_until
@@ -69,7 +70,7 @@ def test_a_runs_end_applied_twice_gives_its_slot_back_once(store: RedisStore) ->
     second, held = submit(store, call)
     third, _ = submit(store, call)
     assert held == [] and flight(store, call) == {first}
-    store.claim(first, lease_ms=5000, worker="w", max_attempts=3, exhausted_error={"m": "x"})
+    store.claim(first, ClaimTerms(5000, "w", 3))
     token = int(store.get(first).token or 0)  # type: ignore[union-attr]
 
     def park() -> tuple[str, list[tuple[str, str]]]:

@@ -24,6 +24,7 @@ from tasks_backend.devtools.embedded_cluster import LocalCluster
 from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.claims import ClaimTerms
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.procs import worker_process
 
@@ -153,7 +154,7 @@ def test_a_move_back_to_queued_changes_nothing_unless_its_sweep_entry_was_writte
         sweep_node = client.get_node_from_key(store.keys.sweep())
         job_id = next(j for j in (runtime.service.submit("alice", "test.noop", {})[0].id for _ in range(50))
                       if client.get_node_from_key(store.keys.job(j)).name != sweep_node.name)
-        outcome, claimed = store.claim(job_id, lease_ms=60_000, worker="w", max_attempts=3, exhausted_error={})
+        outcome, claimed = store.claim(job_id, ClaimTerms(60_000, "w", 3))
         assert outcome == "ok" and claimed is not None and claimed.token is not None
         stalled = next(n.process for n in cluster.nodes if n.port == sweep_node.port)
         assert stalled is not None

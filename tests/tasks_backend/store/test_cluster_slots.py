@@ -30,6 +30,7 @@ from tasks_backend.running.catalog import publish
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.admission import GateCall, GateLeave
 from tasks_backend.store.admission import entry as gate_entry
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
@@ -42,7 +43,9 @@ LIMITS = {"limits.rate", "limits.auth_fail", "limits.count", "limits.stream", "l
 KEYLESS = {"TIME"}
 #: Scripts sent only to a single Redis: the whole submit in one script, its keys in several slots (and the queue's,
 #: when the broker is the same Redis: a cluster cannot be one); a run's end with the gate's leave, likewise.
-ONE_SERVER_ONLY = {"submit", "gate.finish"}
+ONE_SERVER_ONLY = {"submit", "gate.finish", "claim_fetched"}
+#: Scripts only a worker's broker transport runs (tests/workers/test_broker.py), with kombu's keys beside the job's.
+TRANSPORT_ONLY = {"claim_fetched"}
 #: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time.
 CLUSTER_ONLY = {"create", "owner_index"}
 
@@ -99,7 +102,7 @@ def one_life(runtime: Runtime) -> None:
     assert created is not None
     store.release_idempotency(owner, "k1", "not the value")  # WATCH, GET (and a MULTI if it held it)
     store.release_idempotency(owner, "k1", f"{job_id} h")
-    outcome, _ = store.claim(job_id, lease_ms=5000, worker="w", max_attempts=3, exhausted_error={"m": "x"})
+    outcome, _ = store.claim(job_id, ClaimTerms(5000, "w", 3))
     assert outcome == "ok"
     token = int(store.get(job_id).token or 0)  # type: ignore[union-attr]
     store.renew_many([(job_id, token)], lease_ms=5000)
@@ -122,7 +125,7 @@ def one_life(runtime: Runtime) -> None:
     waiter = str(uuid.uuid4())  # a job that sleeps, wakes, and is another's child
     store.create({**fields, "idem": ""}, waiter, owner, idem_key=None, idem_value="", ttl_ms=600_000,
                  sweep_in_ms=60_000)
-    store.claim(waiter, lease_ms=5000, worker="w", max_attempts=3, exhausted_error={"m": "x"})
+    store.claim(waiter, ClaimTerms(5000, "w", 3))
     store.park(waiter, int(store.get(waiter).token), Change.waiting("Sleeping.", wake_ms=1), look_in_ms=0)  # type: ignore[union-attr]
     store.wake(waiter, None, "Resuming.", sweep_in_ms=60_000)
     store.index_child(job_id, waiter)
@@ -245,5 +248,5 @@ def test_every_script_and_transaction_stays_in_one_slot(runtime: Runtime, wire: 
         elif transaction is not None:
             transaction += keys
     assert transaction is None
-    expected = set(ALL_SCRIPTS) - (ONE_SERVER_ONLY if is_cluster(runtime) else CLUSTER_ONLY)
+    expected = set(ALL_SCRIPTS) - (ONE_SERVER_ONLY if is_cluster(runtime) else CLUSTER_ONLY) - TRANSPORT_ONLY
     assert ran >= expected, f"scripts this life never ran: {sorted(expected - ran)}"

@@ -20,6 +20,7 @@ from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.claims import ClaimTerms, read_claim
 from tasks_backend.store.connect import connect, connect_cluster
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import RedisStore
@@ -160,8 +161,8 @@ def test_cancel_applied_twice_answers_cancelled_both_times(runtime: Runtime) -> 
 def test_claim_and_transition_applied_twice_report_their_first_outcome(runtime: Runtime) -> None:
     store = runtime.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
-    first = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="k")
-    again = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="k")
+    first = store.claim(record.id, ClaimTerms(60_000, "w", 5), request_id="k")
+    again = store.claim(record.id, ClaimTerms(60_000, "w", 5), request_id="k")
     assert first[0] == again[0] == "ok" and first[1] is not None and again[1] is not None
     assert first[1].token == again[1].token == 1
     done = [store.transition(record.id, JobState.COMPLETED, token=1, change=Change(result_json="1"), request_id="t")
@@ -176,12 +177,29 @@ def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_repla
     store = runtime.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
     store.redis.hset(store.keys.job(record.id), mapping={"msg": "Input received; resuming.", "mark": "7", "gone": "1"})
-    claims = [store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={}, request_id="c")
+    claims = [store.claim(record.id, ClaimTerms(60_000, "w", 5), request_id="c")
               for _ in range(2)]
     stored = store.get(record.id)
     assert stored is not None and stored.state is JobState.RUNNING and stored.status_message is None
     assert {"mark", "gone", "msg"}.isdisjoint(store.redis.hgetall(store.keys.job(record.id)))
     assert claims[0] == claims[1] == ("ok", stored)
+
+
+def test_the_claim_made_with_a_fetch_applied_twice_answers_the_same(runtime: Runtime) -> None:
+    """The worker's transport records the message as unacknowledged and claims its job in one script
+    (`store.claims.FetchClaim`); replayed, it keeps one unacked entry and answers with the first claim."""
+    store = runtime.store
+    record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
+    unacked = [f"{store.keys.prefix}:test-unacked-index", f"{store.keys.prefix}:test-unacked"]
+    keys = [*store.keys.job_keys(record.id), *unacked]
+    args = [*ClaimTerms(60_000, "w", 5).args("f-1"), "tag-1", 1.5, '["kept"]']
+    replies = [read_claim(record.id, store.scripts.call("claim_fetched", keys, *args)) for _ in range(2)]
+    for key in unacked:
+        store.redis.pexpire(key, 60_000)  # kombu's keys, made by the script: the suite checks every key's TTL
+    stored = store.get(record.id)
+    assert stored is not None and stored.attempts == 1 and replies[0] == replies[1] == ("ok", stored)
+    assert store.redis.hgetall(unacked[1]) == {"tag-1": '["kept"]'}
+    assert store.redis.zrange(unacked[0], 0, -1, withscores=True) == [("tag-1", 1.5)]
 
 
 def test_a_feed_that_is_gone_is_made_again_with_the_jobs_expiry(runtime: Runtime) -> None:
@@ -196,7 +214,7 @@ def test_a_feed_that_is_gone_is_made_again_with_the_jobs_expiry(runtime: Runtime
         return int(seconds) * 1000 + int(micros) // 1000 + int(store.redis.pttl(key))
 
     assert abs(expires_at(events) - record.expires_ms) <= 2
-    outcome, claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    outcome, claimed = store.claim(record.id, ClaimTerms(60_000, "w", 5))
     assert outcome == "ok" and claimed is not None and store.redis.xlen(events) == 2
     assert abs(expires_at(events) - record.expires_ms) <= 2
     store.redis.delete(events)
@@ -211,7 +229,7 @@ def test_a_completion_keeps_no_request_record_and_its_replay_still_answers_ok(ru
     store = runtime.store
     idle = idle_runtime(runtime).service
     record, _ = idle.submit(ALICE, "test.noop", {})
-    claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    claimed = store.claim(record.id, ClaimTerms(60_000, "w", 5))[1]
     assert claimed is not None
     completed = Change.completed("1")
     first = store.transition(record.id, JobState.COMPLETED, token=claimed.token, change=completed, request_id="t")
@@ -224,7 +242,7 @@ def test_a_completion_keeps_no_request_record_and_its_replay_still_answers_ok(ru
     assert store.transition(record.id, JobState.FAILED, token=claimed.token, change=failure)[0] == "fenced"
     # A failure keeps its record: the sweeper also fails jobs without moving the token.
     failing, _ = idle.submit(ALICE, "test.noop", {})
-    token = store.claim(failing.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})[1]
+    token = store.claim(failing.id, ClaimTerms(60_000, "w", 5))[1]
     assert token is not None
     failed = [store.transition(failing.id, JobState.FAILED, token=token.token, change=Change(error_json="{}"),
                                request_id="f") for _ in range(2)]
@@ -278,7 +296,7 @@ def test_claim_and_finish_whose_replies_were_lost_report_success(
     store = service.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
     proxy.armed.set()
-    outcome, claimed = store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    outcome, claimed = store.claim(record.id, ClaimTerms(60_000, "w", 5))
     assert (outcome, proxy.dropped) == ("ok", 1) and claimed is not None
     proxy.armed.set()
     finished = store.transition(record.id, JobState.COMPLETED, token=claimed.token, change=Change(result_json="2"))

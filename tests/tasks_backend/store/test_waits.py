@@ -8,6 +8,7 @@ import pytest
 from tasks_backend import Principal
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tasks_backend.store.outcomes import Moved, Woken
 from tests.tasks_backend.store.test_replay import idle_runtime
@@ -19,7 +20,7 @@ ALICE = Principal("alice")
 def parked(runtime: Runtime, wake_ms: int | None) -> str:
     store = runtime.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
-    store.claim(record.id, lease_ms=60_000, worker="w", max_attempts=5, exhausted_error={})
+    store.claim(record.id, ClaimTerms(60_000, "w", 5))
     change = Change.waiting("Sleeping.", wake_ms=wake_ms) if wake_ms else Change.waiting("Waiting.",
                                                                                         children_json="[]")
     moves = [store.park(record.id, 1, change, look_in_ms=60_000, request_id="p") for _ in range(2)]
