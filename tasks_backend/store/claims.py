@@ -17,7 +17,7 @@ from ..model.domain import JobRecord
 from .fields import CLAIM_DROPS, record
 from .keys import Keys
 from .outcomes import Claimed
-from .runner import new_request_id
+from .runner import ScriptRunner, new_request_id
 from .scripts import SCRIPTS
 
 
@@ -67,20 +67,14 @@ class FetchClaim:
 
     def __init__(self, keys: Keys, terms: ClaimTerms) -> None:
         self.keys, self.terms = keys, terms
-        self._sha: str | None = None
+        self._runner: ScriptRunner | None = None
 
     def __call__(self, client: redis.Redis, job_id: str, unacked: tuple[str, str], tag: str, score: float,
                  kept: str) -> list[Any]:
         """Records the message as unacknowledged (`unacked`: kombu's index and hash; `kept`: the message as kombu
         restores it) and claims its job; returns the claim's reply, decoded. Redis errors are raised as they are,
         for the transport to handle as any other broker error."""
+        if self._runner is None or self._runner.redis is not client:  # a new client after a reconnection
+            self._runner = ScriptRunner(client, {self.NAME: SCRIPTS[self.NAME]}, store_errors=False)
         keys = [*self.keys.job_keys(job_id), *unacked]
-        args = [*self.terms.args(), tag, score, kept]
-        for _ in (1, 2):
-            if self._sha is None:
-                self._sha = str(client.script_load(SCRIPTS[self.NAME]))
-            try:
-                return list(decoded(client.evalsha(self._sha, len(keys), *keys, *args)))
-            except redis.exceptions.NoScriptError:
-                self._sha = None
-        raise redis.exceptions.NoScriptError("the claim script could not be loaded")
+        return list(decoded(self._runner.call(self.NAME, keys, *self.terms.args(), tag, score, kept)))

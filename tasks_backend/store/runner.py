@@ -8,6 +8,7 @@ NOSCRIPT (a Redis restarted or flushed its scripts). Redis being down surfaces a
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -44,20 +45,22 @@ class ScriptRunner:
       every script in it must give the same outcome applied twice (a request id from `new_request_id`, passed
       in ARGV, lets a script that changes state answer a replay as it did the first time).
 
-    Every method turns Redis being down into `StoreUnavailable`.
+    Every method turns Redis being down into `StoreUnavailable`, unless `store_errors` is False (a worker's broker
+    transport, whose Redis errors kombu and Celery handle as the broker errors they are).
     """
 
-    def __init__(self, client: Any, scripts: Mapping[str, str]) -> None:
+    def __init__(self, client: Any, scripts: Mapping[str, str], *, store_errors: bool = True) -> None:
         self.redis: Any = client
         self.scripts = dict(scripts)
         self._sha: dict[str, str] = {}
+        self._errors = redis_errors if store_errors else contextlib.nullcontext
 
     def load(self) -> None:
         """Load every script (on a Cluster, on every primary)."""
         self._sha = {name: self.redis.script_load(body) for name, body in self.scripts.items()}
 
     def retrying(self, call: Callable[[], T]) -> T:
-        with redis_errors():
+        with self._errors():
             for attempt in (1, 2):
                 if not self._sha:
                     self.load()
