@@ -1,17 +1,14 @@
 """The worker's Redis and Sentinel broker transports: kombu's, with these changes.
 
-- A channel whose connection is gone raises the connection error it is, so that Celery reconnects after
-  losing the broker during a BRPOP instead of shutting the worker down (`_WorkerChannel._connparams`).
-- One synchronous client per connection pool, instead of one built for every command (`_create_client`).
-- A message that is not JSON is dropped with a warning instead of stopping the worker (`_brpop_read`, `_get`):
-  the job it stood for, if any, is still queued in the store, whose sweeper publishes it again.
-- When the broker is the store's Redis, a job message's late-ack bookkeeping and the job's claim are one call
-  (`FetchClaimQoS`): the pool process that runs the job starts from that claim, without a round trip of its own.
+- A lost connection raises the connection error it is, so that Celery reconnects (`_WorkerChannel._connparams`).
+- One synchronous client per connection pool, not one per command (`_create_client`).
+- A message that is not JSON is dropped with a warning (its job is still queued in the store, and swept).
+- When the broker is the store's Redis, a job message's late-ack bookkeeping and its job's claim are one call
+  (`FetchClaimQoS`): the pool process that runs the job starts from that claim.
 
 Rule: only the worker uses these, and only for `redis://` and `sentinel://` broker URLs; `rediss://` keeps
 kombu's own (given a transport class, kombu would read the TLS settings from the URL's query alone).
 """
-
 from __future__ import annotations
 
 import json
@@ -21,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+from celery.worker import state as worker_state
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.transport.virtual import Empty
@@ -51,7 +49,9 @@ def fetch_claim_options(settings: Settings) -> dict[str, Any]:
 
 class FetchClaimQoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's late-ack bookkeeping for a message as it arrives, with the job's claim in the same call when the
-    message is a job's run due now (a message held for a later time is claimed by its run, when it starts)."""
+    message is a job's run due now (a message held for a later time is claimed by its run, when it starts). A
+    message that arrives once the worker is stopping (a fetch under way when the stop came) is not claimed: it
+    goes back to the queue unrun, and its job must stay claimable at once, not after a lease."""
 
     channel: Any
 
@@ -59,7 +59,8 @@ class FetchClaimQoS(kombu_redis.QoS):  # type: ignore[misc]
         claim = self.channel.fetch_claim()
         headers = message.headers
         job_id = headers.get("id")
-        if claim is None or headers.get("task") != RUN_TASK or headers.get("eta") or not job_id:
+        stopping = worker_state.should_stop is not None or worker_state.should_terminate is not None
+        if claim is None or stopping or headers.get("task") != RUN_TASK or headers.get("eta") or not job_id:
             return super().append(message, delivery_tag)  # type: ignore[no-any-return]
         delivery = message.delivery_info
         kept = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])

@@ -147,3 +147,22 @@ def test_a_message_held_for_later_is_claimed_by_its_run_and_other_brokers_claim_
     assert fetch_claim_options(settings)
     assert not fetch_claim_options(settings.with_(broker_url=f"{redis_base}/13"))  # not the store's database
     assert not fetch_claim_options(settings.with_(broker_url="amqp://guest@127.0.0.1//"))
+
+
+@pytest.mark.parametrize("flag", ["should_stop", "should_terminate"])
+def test_a_message_fetched_once_the_worker_is_stopping_is_not_claimed(redis_base: str, flag: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fetch under way when a stop came brings a message in that no run will take: its job stays queued,
+    claimable at once by the next worker (claimed, it would wait out a lease)."""
+    from celery.worker import state
+
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    monkeypatch.setattr(state, flag, 0)  # a warm stop's exit code is 0: set, though falsy
+    with create_celery(settings).connection_for_read() as conn:
+        message = conn.SimpleQueue(settings.queue).get(timeout=5)
+        assert FETCH_CLAIM not in message.headers and message.headers["id"] == record.id
+        queued = runtime.store.get(record.id)
+        assert queued is not None and queued.state is JobState.QUEUED and queued.attempts == 0
+        message.ack()
