@@ -267,7 +267,8 @@ class JobContext(RemoteSteps):
         if hold_worker or seconds < PARK_MIN_S:
             self._nap(seconds)
             return
-        until = self.step(self._next("sleep"), lambda: self._store.now_ms() + int(seconds * 1000))
+        until = self.step(self._next("sleep"),
+                          lambda: through_outage(self._store.now_ms, self._tolerance) + int(seconds * 1000))
         self._sleep_to(int(until), nap_below_ms=NAP_REST_MS)
 
     def sleep_until(self, when: dt.datetime) -> None:
@@ -293,7 +294,9 @@ class JobContext(RemoteSteps):
         spawner = self._executor.spawner
         if spawner is None:
             raise RuntimeError("This worker cannot start child jobs: its runtime gave it no spawner.")
-        return str(self.step(name, lambda: spawner(self.owner, operation, params, key, self.job_id)))
+        # The submit is idempotent by `key`, so one whose reply was lost in an outage is made again safely.
+        return str(self.step(name, lambda: through_outage(
+            lambda: spawner(self.owner, operation, params, key, self.job_id), self._tolerance)))
 
     def wait_for(self, ids: Iterable[str]) -> list[Any]:
         """Wait until every job in `ids` is finished, holding no worker meanwhile; return their results in order.

@@ -97,7 +97,7 @@ def _await_remote(ctx: _Ctx, name: str, url: str, create: Callable[[Remotes, str
     raw = through_outage(lambda: store.recorded_step(ctx.job_id, name + DONE), tolerance)
     if raw is not None:
         done = json.loads(raw)
-        ref = json.loads(store.recorded_step(ctx.job_id, name) or "{}")
+        ref = json.loads(through_outage(lambda: store.recorded_step(ctx.job_id, name), tolerance) or "{}")
     else:
         remotes = Remotes(ctx._executor.settings)
         try:
@@ -166,7 +166,7 @@ def _relay_input(ctx: _Ctx, remotes: Remotes, name: str, ref: dict[str, Any], st
     Returns the remote's status after sending (None: look again later)."""
     wanted = sorted(status.input_requests)
     sent = f"{name}/sent/{','.join(wanted)}"
-    if not wanted or ctx._store.recorded_step(ctx.job_id, sent) is not None:
+    if not wanted or through_outage(lambda: ctx._store.recorded_step(ctx.job_id, sent), ctx._tolerance) is not None:
         return None  # nothing said yet, or answered already: the remote has not moved on yet
     local = {f"{name}/{key}": key for key in wanted}
     questions = {lk: _form(status.input_requests[rk]) for lk, rk in local.items()}

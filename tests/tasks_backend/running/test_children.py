@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tasks_backend import Principal
+from tasks_backend.errors import StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.fields import Change
@@ -146,3 +147,41 @@ def test_a_spawn_made_again_gets_the_same_child(runtime: Runtime, tmp_path: Path
     again = runtime.spawn("alice", "test.child", params, "spawn-key", parent.id)
     assert first == again and runtime.store.child_ids(parent.id) == [first]
     assert runtime.service.get(A, first).parent_id == parent.id
+
+
+def test_a_spawn_whose_reply_is_lost_in_an_outage_is_made_again_and_gets_the_same_child(
+        redis_base: str, tmp_path: Path) -> None:
+    # Redis applied the child's submit and the reply was lost (the store was unreachable for a moment): the spawn
+    # is made again with the same key and finds that child, and the parent goes on to wait for it, not fails.
+    runtime = build_runtime(make_settings(redis_base))
+    store, executor = runtime.store, runtime.executor()
+    parent, _ = runtime.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
+    made: list[str] = []
+
+    def reply_lost_once(*args: Any) -> str:
+        made.append(runtime.spawn(*args))
+        if len(made) == 1:
+            raise StoreUnavailable()
+        return made[-1]
+
+    executor.spawner = reply_lost_once
+    assert executor.run(parent.id) == "suspended"
+    assert len(made) == 2 and made[0] == made[1] and store.child_ids(parent.id) == made[:1]
+
+
+def test_a_sleep_started_in_an_outage_parks_once_redis_answers(redis_base: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = build_runtime(make_settings(redis_base))
+    store, executor = runtime.store, runtime.executor()
+    job, _ = runtime.service.submit("alice", "test.sleeper", {"seconds": 30})
+    now_ms, calls = store.now_ms, []
+
+    def unreachable_once() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailable()
+        return now_ms()
+
+    monkeypatch.setattr(store, "now_ms", unreachable_once)
+    assert executor.run(job.id) == "suspended"
+    assert store.get(job.id).state is JobState.SUSPENDED  # type: ignore[union-attr]
