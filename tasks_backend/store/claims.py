@@ -70,11 +70,11 @@ class FetchClaim:
         self._runner: ScriptRunner | None = None
 
     def __call__(self, client: redis.Redis, job_id: str, unacked: tuple[str, str], tag: str, score: float,
-                 kept: str) -> list[Any]:
+                 kept: str, acked: Sequence[str] = ()) -> list[Any]:
         """Records the message as unacknowledged (`unacked`: kombu's index and hash; `kept`: the message as kombu
-        restores it) and claims its job; returns the claim's reply, decoded. Redis errors are raised as they are,
-        for the transport to handle as any other broker error."""
+        restores it), forgets the messages `acked` (their tags), and claims the job; returns the claim's reply,
+        decoded. Redis errors are raised as they are, for the transport to handle as any other broker error."""
         if self._runner is None or self._runner.redis is not client:  # a new client after a reconnection
             self._runner = ScriptRunner(client, {self.NAME: SCRIPTS[self.NAME]}, store_errors=False)
         keys = [*self.keys.job_keys(job_id), *unacked]
-        return list(decoded(self._runner.call(self.NAME, keys, *self.terms.args(), tag, score, kept)))
+        return list(decoded(self._runner.call(self.NAME, keys, *self.terms.args(), tag, score, kept, *acked)))

@@ -166,3 +166,44 @@ def test_a_message_fetched_once_the_worker_is_stopping_is_not_claimed(redis_base
         queued = runtime.store.get(record.id)
         assert queued is not None and queued.state is JobState.QUEUED and queued.attempts == 0
         message.ack()
+
+
+def test_an_ack_rides_with_the_next_claim_and_the_last_goes_alone_when_the_channel_closes(redis_base: str) -> None:
+    """A claimed message's ack is taken off Redis by the next fetch's claim (one round trip per job, not two); the
+    acks still waiting when the channel closes go alone, so nothing acked is ever restored."""
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    for _ in range(2):
+        runtime.service.submit("alice", "test.noop", {})
+    raw = redis.Redis.from_url(settings.redis_url)
+
+    def kept(tag: str) -> bool:
+        return bool(raw.hexists("unacked", tag)) or raw.zscore("unacked_index", tag) is not None
+
+    with create_celery(settings).connection_for_read() as conn:
+        queue = conn.SimpleQueue(settings.queue)
+        one = queue.get(timeout=5)
+        assert runtime.executor().run(*one.headers[FETCH_CLAIM]) == "completed"
+        one.ack()
+        assert kept(one.delivery_tag), "the ack went alone"
+        two = queue.get(timeout=5)
+        assert not kept(one.delivery_tag) and kept(two.delivery_tag)
+        assert runtime.executor().run(*two.headers[FETCH_CLAIM]) == "completed"
+        two.ack()
+    assert not kept(two.delivery_tag)
+
+
+def test_a_worker_with_nothing_more_to_fetch_takes_its_acks_off_at_once(redis_base: str, tmp_path: Path) -> None:
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    raw = redis.Redis.from_url(settings.redis_url)
+    proc = worker_process(settings, tmp_path / "worker.log")
+    try:
+        wait_until(lambda: runtime.store.get(record.id).state is JobState.COMPLETED,  # type: ignore[union-attr]
+                   timeout=30, message="the job to run")
+        wait_until(lambda: not any(record.id.encode() in v for v in raw.hvals("unacked")), timeout=5,
+                   message="the message's ack to reach Redis while the worker waits for more")
+        assert proc.alive()
+    finally:
+        proc.stop()

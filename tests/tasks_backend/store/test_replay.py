@@ -187,12 +187,15 @@ def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_repla
 
 def test_the_claim_made_with_a_fetch_applied_twice_answers_the_same(runtime: Runtime) -> None:
     """The worker's transport records the message as unacknowledged and claims its job in one script
-    (`store.claims.FetchClaim`); replayed, it keeps one unacked entry and answers with the first claim."""
+    (`store.claims.FetchClaim`), forgetting the messages acked since; replayed, it keeps one unacked entry, forgets
+    the same, and answers with the first claim."""
     store = runtime.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
     unacked = [f"{store.keys.prefix}:test-unacked-index", f"{store.keys.prefix}:test-unacked"]
+    store.redis.zadd(unacked[0], {"tag-0": 1.0, "tag-00": 1.1})
+    store.redis.hset(unacked[1], mapping={"tag-0": '["done"]', "tag-00": '["done too"]'})
     keys = [*store.keys.job_keys(record.id), *unacked]
-    args = [*ClaimTerms(60_000, "w", 5).args("f-1"), "tag-1", 1.5, '["kept"]']
+    args = [*ClaimTerms(60_000, "w", 5).args("f-1"), "tag-1", 1.5, '["kept"]', "tag-0", "tag-00"]
     replies = [read_claim(record.id, store.scripts.call("claim_fetched", keys, *args)) for _ in range(2)]
     for key in unacked:
         store.redis.pexpire(key, 60_000)  # kombu's keys, made by the script: the suite checks every key's TTL
