@@ -207,3 +207,24 @@ def test_a_worker_with_nothing_more_to_fetch_takes_its_acks_off_at_once(redis_ba
         assert proc.alive()
     finally:
         proc.stop()
+
+
+def test_a_message_whose_ack_was_lost_with_its_worker_is_restored_and_does_not_run_its_job_again(
+        redis_base: str) -> None:
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    record, _ = runtime.service.submit("alice", "test.noop", {})
+    app = create_celery(settings)
+    with app.connection_for_read() as lost:
+        message = lost.SimpleQueue(settings.queue).get(timeout=5)
+        assert runtime.executor().run(*message.headers[FETCH_CLAIM]) == "completed"
+        message.ack()
+        lost.default_channel.qos._acked.clear()  # the worker dies before its ack reaches Redis
+    with app.connection_for_read() as conn:
+        conn.default_channel.qos.restore_by_tag(message.delivery_tag)  # what the visibility timeout does
+        again = conn.SimpleQueue(settings.queue).get(timeout=5)
+        assert again.headers["id"] == record.id and again.headers[FETCH_CLAIM][1][0] == "terminal"
+        assert runtime.executor().run(*again.headers[FETCH_CLAIM]) == "terminal"
+        again.ack()
+    done = runtime.store.get(record.id)
+    assert done is not None and done.state is JobState.COMPLETED and done.attempts == 1
