@@ -39,6 +39,7 @@ TICK_MAX_S = 1.0
 #: Run outcomes after which the gate forgets the job, and after which it keeps what it knew (a later admission).
 FINAL = frozenset({"completed", "failed", "cancelled", "missing", Claimed.TERMINAL, Claimed.EXHAUSTED})
 PAUSED = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value, Claimed.PARKED})
+PARKED_BY_RUN = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value})
 
 
 def concurrency_of(spec: Any, operation: str, params: dict[str, Any]) -> tuple[str, int] | None:
@@ -129,6 +130,19 @@ class DispatchGate:
             return
         if outcome in FINAL or outcome in PAUSED:
             self.leave([job_id], final=outcome in FINAL)
+            if record is not None and outcome in PARKED_BY_RUN:
+                self._admit_if_woken(record)
+
+    def _admit_if_woken(self, record: JobRecord) -> None:
+        """A run parked and left flight in a call of its own (a Redis Cluster): a wake between the two found the
+        job still in flight and admitted nothing, so it is admitted now (applied after the wake's, it changes
+        nothing)."""
+        try:
+            woken = self.store.states_of([record.id])[0] is JobState.QUEUED
+        except StoreUnavailable:
+            return  # its sweep entry covers it
+        if woken:
+            self.resume(record.id, record.operation)
 
     def entered(self, record: JobRecord, lookup: Callable[[str], Any]) -> bool:
         """Whether the job went through the gate: always with fair shares on, else when it had a time or a

@@ -127,10 +127,14 @@ class Executor:
         #: Runs that left the dispatch gate in their last transition (`_finish`): `run` leaves it no second time.
         self._left: set[str] = set()
         self._finished_lock = threading.Lock()
+        self._claim_terms: ClaimTerms | None = None
 
     def claim_terms(self, worker: str) -> ClaimTerms:
         """What this executor's claims ask, for `worker` (the transport's claims name the worker's main process)."""
-        return ClaimTerms(self.lease_ms, worker, self.settings.max_attempts)
+        terms = self._claim_terms
+        if terms is None or terms.worker != worker:
+            terms = self._claim_terms = ClaimTerms(self.lease_ms, worker, self.settings.max_attempts)
+        return terms
 
     def flush(self) -> None:
         """Write what may lag a job's outcome by a second: its metrics, and taking it off the sweep schedule.

@@ -6,6 +6,7 @@ Rule: both claims are the same Lua (`lib/claim.lua`), so a job is claimed by the
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,11 +30,14 @@ class ClaimTerms:
     worker: str
     max_attempts: int
 
+    @functools.cached_property
+    def _exhausted(self) -> str:
+        return json.dumps({"message": f"Gave up after {self.max_attempts} attempts: the worker running it was lost "
+                                      "each time.", "type": "WorkerLost"})
+
     def args(self, request_id: str | None = None) -> list[Any]:
         """The claim script's ARGV."""
-        exhausted = {"message": f"Gave up after {self.max_attempts} attempts: the worker running it was lost "
-                                "each time.", "type": "WorkerLost"}
-        return [request_id or new_request_id(), self.lease_ms, self.worker, self.max_attempts, json.dumps(exhausted)]
+        return [request_id or new_request_id(), self.lease_ms, self.worker, self.max_attempts, self._exhausted]
 
 
 def read_claim(job_id: str, reply: Sequence[Any]) -> tuple[Claimed, JobRecord | None]:
