@@ -14,8 +14,8 @@ from tasks_backend import Principal
 from tasks_backend.errors import StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tasks_backend.store.fields import Change
 from tests.conftest import ALICE, BOB, make_settings, wait_until
+from tests.support.waits import assert_a_parent_woken_as_it_parks_is_published
 
 pytestmark = pytest.mark.usefixtures("worker")
 A = Principal("alice")
@@ -82,21 +82,7 @@ def test_a_parent_whose_child_ends_just_before_it_parks_is_handed_to_the_workers
     # children then wakes the parent while its run is still under way. The dispatch gate must by then count the
     # run as over, or it takes the wake for a second admission of a job in flight and publishes nothing (the
     # parent would wait for the sweeper). No worker consumes this runtime's queue: the test runs each job itself.
-    runtime = build_runtime(make_settings(redis_base))
-    store, executor = runtime.store, runtime.executor()
-    parent, _ = runtime.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
-    park = store.park
-
-    def child_ends_first(job_id: str, token: int, change: Change, **options: Any) -> Any:
-        for child in json.loads(change.children_json or "[]"):
-            assert executor.run(child) == "completed"
-        return park(job_id, token, change, **options)
-
-    monkeypatch.setattr(store, "park", child_ends_first)
-    assert executor.run(parent.id) == "suspended"
-    assert store.get(parent.id).state is JobState.QUEUED  # type: ignore[union-attr]
-    [(where, _)] = store.gate_where(executor.admission.call(), [parent.id])
-    assert where == "f", "the woken parent was not published again"
+    assert_a_parent_woken_as_it_parks_is_published(build_runtime(make_settings(redis_base)), tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("how", ["failed", "cancelled"])

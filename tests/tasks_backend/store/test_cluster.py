@@ -8,7 +8,6 @@ a cluster.
 
 from __future__ import annotations
 
-import json
 import secrets
 import signal
 from collections.abc import Iterator
@@ -27,9 +26,9 @@ from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.claims import ClaimTerms
-from tasks_backend.store.fields import Change
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.procs import worker_process
+from tests.support.waits import assert_a_parent_woken_as_it_parks_is_published
 
 
 @pytest.fixture(scope="module")
@@ -180,17 +179,4 @@ def test_a_parent_woken_between_its_park_and_its_leave_is_handed_to_the_workers_
     # or it waits for the sweeper. No worker consumes this runtime's queue: the test runs each job itself.
     runtime = build_runtime(make_settings(redis_base, redis_url=cluster_url, broker_url=f"{redis_base}/14",
                                           rate_limit=0))
-    store, executor = runtime.store, runtime.executor()
-    parent, _ = runtime.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
-    park = store.park
-
-    def child_ends_first(job_id: str, token: int, change: Change, **options: Any) -> Any:
-        for child in json.loads(change.children_json or "[]"):
-            assert executor.run(child) == "completed"
-        return park(job_id, token, change, **options)
-
-    monkeypatch.setattr(store, "park", child_ends_first)
-    assert executor.run(parent.id) == "suspended"
-    assert store.get(parent.id).state is JobState.QUEUED  # type: ignore[union-attr]
-    [(where, _)] = store.gate_where(executor.admission.call(), [parent.id])
-    assert where == "f", "the woken parent was not published again"
+    assert_a_parent_woken_as_it_parks_is_published(runtime, tmp_path, monkeypatch)
