@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from tasks_backend.model.domain import JobState
+from tasks_backend.config import Settings
+from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.running.dispatch import CeleryDispatcher
 from tasks_backend.running.execution import worker_name
-from tasks_backend.service.runtime import build_runtime
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
@@ -25,6 +26,13 @@ from workers.broker import (
     worker_transport,
 )
 from workers.celery_app import create_celery
+
+
+def noop_job(redis_base: str) -> tuple[Settings, Runtime, JobRecord]:
+    """A deployment of its own (no worker consumes its queue) and one no-op job submitted to it."""
+    settings = make_settings(redis_base)
+    runtime = build_runtime(settings)
+    return settings, runtime, runtime.service.submit("alice", "test.noop", {})[0]
 
 
 def test_plain_redis_brokers_get_the_worker_transport_and_others_keep_kombus() -> None:
@@ -112,9 +120,7 @@ def test_a_job_message_is_claimed_in_its_fetch_and_kept_for_a_restore_without_th
     """The broker is the store's Redis: the fetch's late-ack bookkeeping and the job's claim are one call, the
     claim rides to the run in a header, and the run makes no claim of its own (one claim, one attempt). What
     kombu keeps to restore the message, should the worker be lost, carries no claim: it is claimed again."""
-    settings = make_settings(redis_base)
-    runtime = build_runtime(settings)
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    settings, runtime, record = noop_job(redis_base)
     app = create_celery(settings)
     with app.connection_for_read() as conn:
         message = conn.SimpleQueue(settings.queue).get(timeout=5)
@@ -133,9 +139,7 @@ def test_a_job_message_is_claimed_in_its_fetch_and_kept_for_a_restore_without_th
 
 def test_a_message_held_for_later_is_claimed_by_its_run_and_other_brokers_claim_nothing_in_the_fetch(
         redis_base: str) -> None:
-    settings = make_settings(redis_base)
-    runtime = build_runtime(settings)
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    settings, runtime, record = noop_job(redis_base)
     runtime.store.redis.delete(settings.queue)
     CeleryDispatcher(settings).publish(record.id, "test.noop", countdown_s=30)
     with create_celery(settings).connection_for_read() as conn:
@@ -156,9 +160,7 @@ def test_a_message_fetched_once_the_worker_is_stopping_is_not_claimed(redis_base
     claimable at once by the next worker (claimed, it would wait out a lease)."""
     from celery.worker import state
 
-    settings = make_settings(redis_base)
-    runtime = build_runtime(settings)
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    settings, runtime, record = noop_job(redis_base)
     monkeypatch.setattr(state, flag, 0)  # a warm stop's exit code is 0: set, though falsy
     with create_celery(settings).connection_for_read() as conn:
         message = conn.SimpleQueue(settings.queue).get(timeout=5)
@@ -194,9 +196,7 @@ def test_an_ack_rides_with_the_next_claim_and_the_last_goes_alone_when_the_chann
 
 
 def test_a_worker_with_nothing_more_to_fetch_takes_its_acks_off_at_once(redis_base: str, tmp_path: Path) -> None:
-    settings = make_settings(redis_base)
-    runtime = build_runtime(settings)
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    settings, runtime, record = noop_job(redis_base)
     raw = redis.Redis.from_url(settings.redis_url)
     proc = worker_process(settings, tmp_path / "worker.log")
     try:
@@ -211,9 +211,7 @@ def test_a_worker_with_nothing_more_to_fetch_takes_its_acks_off_at_once(redis_ba
 
 def test_a_message_whose_ack_was_lost_with_its_worker_is_restored_and_does_not_run_its_job_again(
         redis_base: str) -> None:
-    settings = make_settings(redis_base)
-    runtime = build_runtime(settings)
-    record, _ = runtime.service.submit("alice", "test.noop", {})
+    settings, runtime, record = noop_job(redis_base)
     app = create_celery(settings)
     with app.connection_for_read() as lost:
         message = lost.SimpleQueue(settings.queue).get(timeout=5)
