@@ -38,8 +38,9 @@ SLOTS_TTL_S, SLOTS_EVERY_S = 30.0, 10.0
 TICK_MAX_S = 1.0
 #: Run outcomes after which the gate forgets the job, and after which it keeps what it knew (a later admission).
 FINAL = frozenset({"completed", "failed", "cancelled", "missing", Claimed.TERMINAL, Claimed.EXHAUSTED})
-PAUSED = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value, Claimed.PARKED})
+#: Outcomes of a run that parked its job (the others in PAUSED: a claim that found the job parked already).
 PARKED_BY_RUN = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value})
+PAUSED = PARKED_BY_RUN | {Claimed.PARKED}
 
 
 def concurrency_of(spec: Any, operation: str, params: dict[str, Any]) -> tuple[str, int] | None:

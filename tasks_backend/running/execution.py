@@ -127,14 +127,8 @@ class Executor:
         #: Runs that left the dispatch gate in their last transition (`_finish`): `run` leaves it no second time.
         self._left: set[str] = set()
         self._finished_lock = threading.Lock()
-        self._claim_terms: ClaimTerms | None = None
-
-    def claim_terms(self, worker: str) -> ClaimTerms:
-        """What this executor's claims ask, for `worker` (the transport's claims name the worker's main process)."""
-        terms = self._claim_terms
-        if terms is None or terms.worker != worker:
-            terms = self._claim_terms = ClaimTerms(self.lease_ms, worker, self.settings.max_attempts)
-        return terms
+        #: What this executor's own claims ask (the transport's claims name the worker's main process instead).
+        self.claim_terms = ClaimTerms(self.lease_ms, self.name, settings.max_attempts)
 
     def flush(self) -> None:
         """Write what may lag a job's outcome by a second: its metrics, and taking it off the sweep schedule.
@@ -156,7 +150,7 @@ class Executor:
         if fetched is not None:
             outcome, record = read_claim(job_id, fetched)
         else:
-            outcome, record = self.store.claim(job_id, self.claim_terms(self.name))
+            outcome, record = self.store.claim(job_id, self.claim_terms)
         if outcome is not Claimed.OK or record is None:
             self.admission.after_run(job_id, outcome)
             return outcome
