@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from tasks_backend.service.runtime import Runtime, build_runtime
 from tests.conftest import make_settings, wait_until
 from tests.support.procs import worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
+from workers import broker
 from workers.broker import (
     FETCH_CLAIM,
     SENTINEL_TRANSPORT,
@@ -161,7 +163,12 @@ def test_a_message_fetched_once_the_worker_is_stopping_is_not_claimed(redis_base
     from celery.worker import state
 
     settings, runtime, record = noop_job(redis_base)
-    monkeypatch.setattr(state, flag, 0)  # a warm stop's exit code is 0: set, though falsy
+    # The transport's view of Celery's stop flags, not Celery's own: set there, they would stop the suite's worker
+    # if one runs in this process. A warm stop's exit code is 0: set, though falsy.
+    assert getattr(state, flag) is None
+    stopping = types.SimpleNamespace(should_stop=None, should_terminate=None)
+    setattr(stopping, flag, 0)
+    monkeypatch.setattr(broker, "worker_state", stopping)
     with create_celery(settings).connection_for_read() as conn:
         message = conn.SimpleQueue(settings.queue).get(timeout=5)
         assert FETCH_CLAIM not in message.headers and message.headers["id"] == record.id
