@@ -25,7 +25,8 @@ def measure(bench: Bench) -> None:
     warm(bench.plan, ours, theirs)
     bench.rows.append(paired("submit POST /v1/jobs with a priority, fair shares on", "req/s",
                              ">= 1.2x bare apply_async route", 1.2, bench.plan, fixed(ours, bench.plan),
-                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues))
+                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues,
+                             meter=bench.meter))
     bench.purge_queues()
     runner(bench)
 

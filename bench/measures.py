@@ -34,6 +34,23 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Meter:
+    """What a run costs, read before and after it: CPU seconds used so far by each process (a whole process
+    tree: a gunicorn master and its workers, a Celery worker and its pool) and Redis commands served so far
+    (a script and each call in it counted). A row divides the difference by the requests or jobs of the run."""
+
+    cpu: Callable[[], dict[str, float]]
+    commands: Callable[[], int]
+
+    def read(self) -> tuple[dict[str, float], int]:
+        return self.cpu(), self.commands()
+
+
+#: One run's cost per request (or job): CPU seconds by process, and Redis commands under the key "commands".
+Cost = dict[str, float]
+
+
+@dataclass(frozen=True)
 class Plan:
     seconds: float
     reps: int
@@ -55,20 +72,54 @@ def median(values: list[float]) -> float:
 
 def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
            product: Callable[[], Run], baseline: Callable[[], Run], figure: Callable[[Run], float],
-           settle: Callable[[], None] | None = None) -> Row:
+           settle: Callable[[], None] | None = None, meter: Meter | None = None) -> Row:
     """Run both sides `plan.reps` times, alternating who goes first; the ratio is product / baseline.
 
     `settle` runs before each run: where a run leaves work behind (jobs its calls created and a worker
-    still runs), that work must not run inside the next run's window, the other side's included."""
+    still runs), that work must not run inside the next run's window, the other side's included.
+    With a `meter`, the row's note gives each side's cost per request or job (`profile_note`)."""
     ours: list[Run] = []
     theirs: list[Run] = []
+    our_costs: list[Cost] = []
+    their_costs: list[Cost] = []
     for rep in range(plan.reps):
-        order = (ours, product), (theirs, baseline)
-        for runs, fn in order if rep % 2 == 0 else reversed(order):
+        order = (ours, our_costs, product), (theirs, their_costs, baseline)
+        for runs, costs, fn in order if rep % 2 == 0 else reversed(order):
             if settle is not None:
                 settle()
+            before = meter.read() if meter else None
             runs.append(fn())
-    return _row(name, unit, target, minimum, ours, theirs, figure)
+            if meter and before:
+                costs.append(_cost(before, meter.read(), figure(runs[-1]) * runs[-1].seconds))
+    row = _row(name, unit, target, minimum, ours, theirs, figure)
+    if meter:
+        row.note = "; ".join(x for x in (row.note, profile_note(our_costs, their_costs, unit)) if x)
+        row.samples["cost"] = {"product": our_costs, "baseline": their_costs}
+    return row
+
+
+def _cost(before: tuple[dict[str, float], int], after: tuple[dict[str, float], int], units: float) -> Cost:
+    """The difference of two meter readings per request or job; a process started meanwhile counts whole."""
+    if units <= 0:
+        return {}
+    cost = {name: (seconds - before[0].get(name, 0.0)) / units for name, seconds in after[0].items()}
+    cost["commands"] = (after[1] - before[1]) / units
+    return cost
+
+
+def profile_note(ours: list[Cost], theirs: list[Cost], unit: str) -> str:
+    """Each side's median cost per request or job: 'CPU us per req, product: web 420, redis 90; baseline: ...
+    Redis commands per req: 9.0; 3.0'. Processes under 5 us are left out (idle ones, the other side's)."""
+    per = "job" if unit.startswith("jobs") else "req"
+
+    def side(costs: list[Cost]) -> str:
+        names = sorted({name for cost in costs for name in cost if name != "commands"})
+        spent = {name: 1e6 * median([cost.get(name, 0.0) for cost in costs]) for name in names}
+        return ", ".join(f"{name} {us:.0f}" for name, us in sorted(spent.items(), key=lambda x: -x[1]) if us >= 5)
+
+    commands = "; ".join(f"{median([c.get('commands', 0.0) for c in costs]):.1f}" for costs in (ours, theirs))
+    return (f"CPU us per {per}, product side: {side(ours)}; baseline side: {side(theirs)}. "
+            f"Redis commands per {per}: {commands}")
 
 
 def together(name: str, unit: str, target: str, minimum: float, plan: Plan, product: Load, baseline: Load,

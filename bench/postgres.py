@@ -53,6 +53,10 @@ class Postgres:
                   "-w", "-t", str(int(timeout_s)), "start")  # -w: until it takes connections
         return self
 
+    def pid(self) -> int:
+        """The postmaster's process id (its children are the server's backends)."""
+        return int((self.data / "postmaster.pid").read_text().split("\n", 1)[0])
+
     def stop(self) -> None:
         if self.data.exists():
             self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)

@@ -83,3 +83,14 @@ def children(pid: int) -> list[int]:
     with contextlib.suppress(OSError):
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     return []
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time used so far by a process and every descendant still alive (a gunicorn master and its workers)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(current)
+        todo += children(current)
+    return total

@@ -29,7 +29,21 @@ from tasks_backend.service.runtime import Runtime, build_runtime
 from . import dispatch, fill, procs, protocols
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
-from .measures import Plan, Row, calls_note, cpu_note, drain_rate, fixed, flow, median, paired, percentile, quiet, warm
+from .measures import (
+    Meter,
+    Plan,
+    Row,
+    calls_note,
+    cpu_note,
+    drain_rate,
+    fixed,
+    flow,
+    median,
+    paired,
+    percentile,
+    quiet,
+    warm,
+)
 from .postgres import Postgres
 from .protocols import mcp_flow
 from .report import markdown, table
@@ -193,7 +207,7 @@ class Bench:
         theirs = Load(self.url["baseline"], path="/hash/%s", ids=ids)
         warm(self.plan, ours, theirs)
         self.rows.append(paired("poll GET /v1/jobs/{id}", "req/s", ">= 1.0x bare HGETALL route", 1.0, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps, meter=self.meter))
 
     def submit(self) -> None:
         body = json.dumps({"operation": "bench.noop", "params": {}})
@@ -202,7 +216,7 @@ class Bench:
         theirs = Load(self.url["baseline"], method="POST", path="/jobs")
         warm(self.plan, ours, theirs)
         self.rows.append(paired("submit POST /v1/jobs", "req/s", ">= 1.2x bare apply_async route", 1.2, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps, meter=self.meter))
         self.purge_queues()
         # Every request with an Idempotency-Key never used before: the key is claimed, then the job is
         # enqueued (after the record, in a second round trip: see JobService.submit). The baseline gets
@@ -212,7 +226,7 @@ class Bench:
         warm(self.plan, keyed)
         self.rows.append(paired("submit POST /v1/jobs with an Idempotency-Key", "req/s",
                                 ">= 1.0x bare apply_async route", 1.0, self.plan, fixed(keyed, self.plan),
-                                fixed(theirs_keyed, self.plan), lambda r: r.rps))
+                                fixed(theirs_keyed, self.plan), lambda r: r.rps, meter=self.meter))
         self.purge_queues()
 
     def runner(self) -> None:
@@ -270,6 +284,26 @@ class Bench:
                 "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
                 "redis": procs.cpu_seconds(self.redis.process.pid)}
 
+    @functools.cached_property
+    def meter(self) -> Meter:
+        """What each run of a paired row costs, by process (every one the bench runs) and in Redis commands."""
+        return Meter(self.process_cpu, self.redis_commands)
+
+    def process_cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by each process tree the bench runs, Redis and PostgreSQL included."""
+        assert self.redis.process is not None
+        spent = {name: procs.tree_cpu_seconds(proc.popen.pid) for name, proc in self.running.items()}
+        spent["redis"] = procs.cpu_seconds(self.redis.process.pid)
+        if self._postgres is not None:
+            spent["postgres"] = procs.tree_cpu_seconds(self._postgres.pid())
+        return spent
+
+    def redis_commands(self) -> int:
+        """Commands the Redis server has served since its start or last CONFIG RESETSTAT (a script and each
+        call in it counted), the bench's own INFO and CONFIG left out."""
+        stats = self.db0.info("commandstats")
+        return sum(int(v["calls"]) for name, v in stats.items() if name not in ("cmdstat_config", "cmdstat_info"))
+
     def queue_length(self, db: redis.Redis, queue: str) -> int:
         """Jobs not yet taken: the broker queue's, and those the dispatch gate holds (none on the baseline's)."""
         keys = self.runtime.store.keys
@@ -305,14 +339,15 @@ class Bench:
                             "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
         warm(self.plan, ours, theirs)
         self.rows.append(paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery",
-                                1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s))
+                                1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s,
+                                meter=self.meter))
         # The product's MCP flow against its own HTTP flow, alternated under the same conditions (before any
         # MCP baseline server runs): what the protocol layer costs on top of the job.
         mcp_ours = mcp_flow(self.url["product"], self.auth())
         warm(self.plan, mcp_ours)
         self.rows.append(paired("MCP end to end vs the product's HTTP end to end", "jobs/s",
                                 ">= 0.95x the product's HTTP flow", 0.95, self.plan, flow(mcp_ours, self.plan),
-                                flow(ours, self.plan), lambda r: r.jobs_per_s))
+                                flow(ours, self.plan), lambda r: r.jobs_per_s, meter=self.meter))
 
     def latency(self) -> None:
         """Submit -> running on an idle system: one job at a time, read from the job's own event feed."""
@@ -339,9 +374,12 @@ class Bench:
                 while not (store.get(job["taskId"]) or record).terminal and time.monotonic() < deadline:
                     time.sleep(0.002)
         p50 = median(client_ms)
+        # The rest of the client's figure: the request's way in, up to the submit's script (createdAt).
+        before = median([c - s for c, s in zip(client_ms, server_ms, strict=True)])
         self.rows.append(Row("submit -> job running, idle", "ms p50", "p50 <= 2 ms", p50, passed=p50 <= 2,
                              p50_ms=p50, p99_ms=percentile(client_ms, 0.99),
-                             note=f"server-side (createdAt -> running) p50 {median(server_ms):.1f} ms",
+                             note=f"server-side (createdAt -> running) p50 {median(server_ms):.1f} ms; the "
+                                  f"client's send -> createdAt p50 {before:.1f} ms",
                              samples={"client_ms": client_ms, "server_ms": server_ms}))
 
     def poll_ids(self) -> Path:
