@@ -4,7 +4,8 @@ import os
 import signal
 from typing import Any
 
-from tasks_backend.serving.logs import CLIENT_ADDRESS, gunicorn_logconfig
+from tasks_backend.serving.access_log import ACCESS_FORMAT
+from tasks_backend.serving.logs import gunicorn_logconfig
 from tasks_backend.serving.processes import die_with_parent
 
 logconfig_dict = gunicorn_logconfig()
@@ -16,9 +17,9 @@ if os.environ.get("TASKS_BACKEND_DEV") == "1":
 # The gevent worker reads each request head under the header deadline only on kept-alive connections, so
 # keep-alive stays on; how long an idle connection waits is that deadline (TASKS_BACKEND_HEADER_TIMEOUT).
 keepalive = 5
-# gunicorn's default access line, with the client the entrance found (behind TASKS_BACKEND_TRUSTED_PROXIES reverse
-# proxies, the forwarded client's address; otherwise the peer's) in place of the peer's address.
-access_log_format = f'%({{{CLIENT_ADDRESS}}}e)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+# gunicorn's default access line with the client the entrance found, built by a logger that reads only its fields.
+access_log_format = ACCESS_FORMAT
+logger_class = "tasks_backend.serving.access_log.AccessLogger"
 # Whom to believe about the client is TASKS_BACKEND_TRUSTED_PROXIES alone, for its address and its scheme alike
 # (adapters.entrance reads X-Forwarded-Proto by the same rule as X-Forwarded-For): gunicorn's own rule, which
 # believes a loopback peer's scheme headers and no other host's, would leave a balancer on another host unheard.
