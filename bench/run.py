@@ -299,10 +299,9 @@ class Bench:
         return spent
 
     def redis_commands(self) -> int:
-        """Commands the Redis server has served since its start or last CONFIG RESETSTAT (a script and each
-        call in it counted), the bench's own INFO and CONFIG left out."""
-        stats = self.db0.info("commandstats")
-        return sum(int(v["calls"]) for name, v in stats.items() if name not in ("cmdstat_config", "cmdstat_info"))
+        """Commands the Redis server has served since its start or last CONFIG RESETSTAT (counted as
+        `redis_calls` counts them)."""
+        return round(sum(self.redis_calls(1).values()))
 
     def queue_length(self, db: redis.Redis, queue: str) -> int:
         """Jobs not yet taken: the broker queue's, and those the dispatch gate holds (none on the baseline's)."""
