@@ -11,7 +11,7 @@ from tasks_backend.config import Settings
 from tasks_backend.service.runtime import build_runtime
 
 from .load import Load
-from .measures import Row, calls_note, cpu_note, drain_rate, fixed, median, paired, warm
+from .measures import Row, calls_note, cpu_note, drain_rate, fixed, median, warm
 
 if TYPE_CHECKING:
     from .run import Bench
@@ -23,10 +23,9 @@ def measure(bench: Bench) -> None:
                 headers={**bench.auth(), "Content-Type": "application/json"})
     theirs = Load(bench.url["baseline"], method="POST", path="/jobs")
     warm(bench.plan, ours, theirs)
-    bench.rows.append(paired("submit POST /v1/jobs with a priority, fair shares on", "req/s",
+    bench.rows.append(bench.paired("submit POST /v1/jobs with a priority, fair shares on", "req/s",
                              ">= 1.2x bare apply_async route", 1.2, bench.plan, fixed(ours, bench.plan),
-                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues,
-                             meter=bench.meter))
+                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues))
     bench.purge_queues()
     runner(bench)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .baselines.a2a_ids import seeded_ids
 from .load import Load
-from .measures import fixed, flow, paired, warm
+from .measures import fixed, flow, warm
 
 if TYPE_CHECKING:
     from .run import Bench
@@ -46,9 +46,9 @@ def mcp(bench: Bench) -> None:
                      headers={**call_headers, **bench.auth()})
     theirs_call = Load(bench.url["fastmcp"], method="POST", path="/mcp", body=call, headers=call_headers)
     warm(bench.plan, ours_call, theirs_call)
-    bench.rows.append(paired("MCP tools/call -> task handle", "req/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
+    bench.rows.append(bench.paired("MCP tools/call -> task handle", "req/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
                             plan, fixed(ours_call, plan), fixed(theirs_call, plan),
-                            lambda r: r.rps, settle=bench.drain_product, meter=bench.meter))
+                            lambda r: r.rps, settle=bench.drain_product))
     get = Load(bench.url["product"], method="POST", path="/mcp", body=rpc("tasks/get", {"taskId": "%s"}),
                headers={**MCP_HEADERS, "Mcp-Method": "tasks/get", **bench.auth()}, ids=bench.poll_ids())
     protocol_rows(bench, "MCP tools/call", ours_call, "MCP tasks/get", get)
@@ -58,9 +58,8 @@ def mcp(bench: Bench) -> None:
 
     ours_flow = mcp_flow(bench.url["product"], bench.auth())
     theirs_flow = mcp_flow(bench.url["fastmcp"], {})
-    bench.rows.append(paired("MCP jobs completed end to end", "jobs/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
-                            plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s,
-                            meter=bench.meter))
+    bench.rows.append(bench.paired("MCP jobs completed end to end", "jobs/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
+                            plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s))
     bench.down("fastmcp")
 
 def a2a(bench: Bench) -> None:
@@ -81,10 +80,10 @@ def a2a(bench: Bench) -> None:
                      headers={**headers, **bench.auth()})
     theirs = Load(bench.url["a2a-sdk-pg"], method="POST", path="/a2a", body=send, headers=headers)
     warm(bench.plan, send_ours, theirs)
-    bench.rows.append(paired("A2A SendMessage (returnImmediately)", "req/s",
+    bench.rows.append(bench.paired("A2A SendMessage (returnImmediately)", "req/s",
                             ">= 6x a2a-sdk 1.3.0 (database store, PostgreSQL)", 6.0, bench.plan,
                             fixed(send_ours, bench.plan), fixed(theirs, bench.plan), lambda r: r.rps,
-                            settle=bench.drain_product, meter=bench.meter))
+                            settle=bench.drain_product))
     bench.purge_queues()
     get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
     get_ours = Load(bench.url["product"], method="POST", path="/a2a", body=get,
@@ -96,8 +95,8 @@ def a2a(bench: Bench) -> None:
         bench.up(name)
         theirs = Load(bench.url[name], method="POST", path="/a2a", body=get, headers=headers, ids=seeded)
         warm(bench.plan, get_ours, theirs)
-        bench.rows.append(paired(label, "req/s", target, minimum, bench.plan, fixed(get_ours, bench.plan),
-                                fixed(theirs, bench.plan), lambda r: r.rps, meter=bench.meter))
+        bench.rows.append(bench.paired(label, "req/s", target, minimum, bench.plan, fixed(get_ours, bench.plan),
+                                fixed(theirs, bench.plan), lambda r: r.rps))
         bench.down(name)
     protocol_rows(bench, "A2A SendMessage", send_ours, "A2A GetTask", get_ours)
 
@@ -109,12 +108,11 @@ def protocol_rows(bench: Bench, submit_name: str, submit: Load, poll_name: str, 
                        headers={**bench.auth(), "Content-Type": "application/json"})
     http_poll = Load(bench.url["product"], path="/v1/jobs/%s", headers=bench.auth(), ids=bench.poll_ids())
     warm(bench.plan, submit, http_submit)
-    bench.rows.append(paired(f"{submit_name} vs the product's HTTP submit", "req/s",
+    bench.rows.append(bench.paired(f"{submit_name} vs the product's HTTP submit", "req/s",
                             ">= 0.9x POST /v1/jobs, same run", 0.9, bench.plan, fixed(submit, bench.plan),
-                            fixed(http_submit, bench.plan), lambda r: r.rps, settle=bench.drain_product,
-                            meter=bench.meter))
+                            fixed(http_submit, bench.plan), lambda r: r.rps, settle=bench.drain_product))
     bench.purge_queues()
     warm(bench.plan, poll, http_poll)
-    bench.rows.append(paired(f"{poll_name} vs the product's HTTP poll", "req/s",
+    bench.rows.append(bench.paired(f"{poll_name} vs the product's HTTP poll", "req/s",
                             ">= 0.9x GET /v1/jobs/{id}, same run", 0.9, bench.plan, fixed(poll, bench.plan),
-                            fixed(http_poll, bench.plan), lambda r: r.rps, meter=bench.meter))
+                            fixed(http_poll, bench.plan), lambda r: r.rps))

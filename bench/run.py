@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -206,8 +207,8 @@ class Bench:
         ours = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(), ids=ids)
         theirs = Load(self.url["baseline"], path="/hash/%s", ids=ids)
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("poll GET /v1/jobs/{id}", "req/s", ">= 1.0x bare HGETALL route", 1.0, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps, meter=self.meter))
+        self.rows.append(self.paired("poll GET /v1/jobs/{id}", "req/s", ">= 1.0x bare HGETALL route", 1.0, self.plan,
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
 
     def submit(self) -> None:
         body = json.dumps({"operation": "bench.noop", "params": {}})
@@ -215,8 +216,8 @@ class Bench:
                     headers={**self.auth(), "Content-Type": "application/json"})
         theirs = Load(self.url["baseline"], method="POST", path="/jobs")
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("submit POST /v1/jobs", "req/s", ">= 1.2x bare apply_async route", 1.2, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps, meter=self.meter))
+        self.rows.append(self.paired("submit POST /v1/jobs", "req/s", ">= 1.2x bare apply_async route", 1.2, self.plan,
+                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
         self.purge_queues()
         # Every request with an Idempotency-Key never used before: the key is claimed, then the job is
         # enqueued (after the record, in a second round trip: see JobService.submit). The baseline gets
@@ -224,9 +225,9 @@ class Bench:
         keyed = dataclasses.replace(ours, unique_header="Idempotency-Key")
         theirs_keyed = dataclasses.replace(theirs, unique_header="Idempotency-Key")
         warm(self.plan, keyed)
-        self.rows.append(paired("submit POST /v1/jobs with an Idempotency-Key", "req/s",
+        self.rows.append(self.paired("submit POST /v1/jobs with an Idempotency-Key", "req/s",
                                 ">= 1.0x bare apply_async route", 1.0, self.plan, fixed(keyed, self.plan),
-                                fixed(theirs_keyed, self.plan), lambda r: r.rps, meter=self.meter))
+                                fixed(theirs_keyed, self.plan), lambda r: r.rps))
         self.purge_queues()
 
     def runner(self) -> None:
@@ -284,6 +285,10 @@ class Bench:
                 "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
                 "redis": procs.cpu_seconds(self.redis.process.pid)}
 
+    def paired(self, *args: Any, **kwargs: Any) -> Row:
+        """`measures.paired` with this bench's meter: every row alternating two loads gives each side's profile."""
+        return paired(*args, meter=self.meter, **kwargs)
+
     @functools.cached_property
     def meter(self) -> Meter:
         """What each run of a paired row costs, by process (every one the bench runs) and in Redis commands."""
@@ -337,16 +342,15 @@ class Bench:
                       flow={**delay, "BENCH_POLL_PATH": "/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
                             "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
         warm(self.plan, ours, theirs)
-        self.rows.append(paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery",
-                                1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s,
-                                meter=self.meter))
+        self.rows.append(self.paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery",
+                                1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s))
         # The product's MCP flow against its own HTTP flow, alternated under the same conditions (before any
         # MCP baseline server runs): what the protocol layer costs on top of the job.
         mcp_ours = mcp_flow(self.url["product"], self.auth())
         warm(self.plan, mcp_ours)
-        self.rows.append(paired("MCP end to end vs the product's HTTP end to end", "jobs/s",
+        self.rows.append(self.paired("MCP end to end vs the product's HTTP end to end", "jobs/s",
                                 ">= 0.95x the product's HTTP flow", 0.95, self.plan, flow(mcp_ours, self.plan),
-                                flow(ours, self.plan), lambda r: r.jobs_per_s, meter=self.meter))
+                                flow(ours, self.plan), lambda r: r.jobs_per_s))
 
     def latency(self) -> None:
         """Submit -> running on an idle system: one job at a time, read from the job's own event feed."""
