@@ -26,6 +26,7 @@ from tasks_backend.errors import IdempotencyConflict, StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.claims import ClaimTerms
+from tasks_backend.store.connect import NativePacker
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.procs import worker_process
 from tests.support.waits import assert_a_parent_woken_as_it_parks_is_published
@@ -77,6 +78,9 @@ def test_jobs_on_every_node_run_to_the_end(cluster_runtime: Runtime) -> None:
     assert len(nodes_of(cluster_runtime, [cluster_runtime.store.keys.job(i) for i in ids])) == 3
     for job_id in ids:
         wait_until(lambda j=job_id: service.get(owner, j).state is JobState.COMPLETED, 20, message=f"{job_id} done")
+    client: Any = cluster_runtime.store.redis
+    for node in client.get_nodes():  # every node's connections pack with hiredis alone (store.connect)
+        assert isinstance(node.redis_connection.connection_pool.get_connection()._command_packer, NativePacker)
 
 
 def test_owner_listings_and_idempotency_records_across_slots(cluster_runtime: Runtime) -> None:

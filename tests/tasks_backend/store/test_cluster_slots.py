@@ -31,6 +31,7 @@ from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.admission import GateCall, GateLeave
 from tasks_backend.store.admission import entry as gate_entry
 from tasks_backend.store.claims import ClaimTerms
+from tasks_backend.store.connect import NativePacker
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import ListPush
 from tasks_backend.store.scripts import SCRIPTS
@@ -67,6 +68,7 @@ class Wire:
     def __init__(self) -> None:
         self.commands: list[tuple[str, ...]] = []
         self.thread = threading.get_ident()
+        self.depth = 0  # this thread's packers calling packers
 
     def record(self, args: tuple[Any, ...]) -> None:
         if threading.get_ident() == self.thread:
@@ -76,12 +78,18 @@ class Wire:
 @pytest.fixture
 def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[Wire]:
     seen = Wire()
-    for serializer in (PythonRespSerializer, HiredisRespSerializer):
+    for serializer in (PythonRespSerializer, HiredisRespSerializer, NativePacker):
         original = serializer.pack
 
         def pack(self: Any, *args: Any, _original: Any = original) -> Any:
-            seen.record(args)
-            return _original(self, *args)
+            mine = threading.get_ident() == seen.thread
+            if mine and not seen.depth:  # once, where the store's packer hands a command on to redis-py's
+                seen.record(args)
+            seen.depth += mine
+            try:
+                return _original(self, *args)
+            finally:
+                seen.depth -= mine
 
         monkeypatch.setattr(serializer, "pack", pack)
     yield seen
