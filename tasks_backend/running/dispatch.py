@@ -13,6 +13,7 @@ import logging
 import math
 import time
 import uuid
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 import redis
@@ -29,6 +30,8 @@ from . import rabbitmq as amqp
 RUN_TASK = "tasks_backend.run"
 #: How often a process renews the TTL of the queue's push counter.
 PUSHES_TTL_RENEW_S = 60.0
+#: A job message's body (Celery's protocol 2: args, kwargs, embed), with `%s` for the job id as JSON.
+BODY = '[[%s], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]'
 log = logging.getLogger(__name__)
 
 
@@ -165,20 +168,33 @@ class RedisDispatcher(CeleryDispatcher):
         self.pushes_key = Keys(settings.key_prefix).queue_pushes(settings.queue)
         self._ttl_renewed = -PUSHES_TTL_RENEW_S
         self.pushes_key_ttl_ms = int(settings.max_ttl_s * 1000) + 86_400_000
+        self._envelope = self._template()
 
     def message(self, job_id: str, operation: str) -> str:
-        body = json.dumps([[job_id], {}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}])
-        headers = {**self._headers, "id": job_id, "root_id": job_id, "shadow": operation,
-                   "argsrepr": f"[{operation!r}, {job_id!r}]"}
-        return json.dumps({
-            "body": base64.b64encode(body.encode()).decode(),
+        # The JSON is written once, in __init__, with the five values left as slots (`_envelope`): filling them
+        # costs a fifth of two `json.dumps` of the whole message.
+        quoted = encode_basestring_ascii(job_id)
+        body = base64.b64encode((BODY % quoted).encode()).decode()
+        return self._envelope % {"id": quoted, "shadow": encode_basestring_ascii(operation),
+                                 "argsrepr": encode_basestring_ascii(f"[{operation!r}, {job_id!r}]"),
+                                 "body": f'"{body}"', "tag": f'"{uuid.uuid4()}"'}
+
+    def _template(self) -> str:
+        """The message as JSON, with `%(name)s` where each call's values go (already JSON-encoded)."""
+        slot = {name: f"\x00{name}" for name in ("id", "shadow", "argsrepr", "body", "tag")}
+        text = json.dumps({
+            "body": slot["body"],
             "content-encoding": "utf-8",
             "content-type": "application/json",
-            "headers": headers,
-            "properties": {"correlation_id": job_id, "reply_to": "", "delivery_mode": 2,
+            "headers": {**self._headers, "id": slot["id"], "root_id": slot["id"], "shadow": slot["shadow"],
+                        "argsrepr": slot["argsrepr"]},
+            "properties": {"correlation_id": slot["id"], "reply_to": "", "delivery_mode": 2,
                            "delivery_info": self._delivery_info, "priority": 0, "body_encoding": "base64",
-                           "delivery_tag": str(uuid.uuid4())},
-        })
+                           "delivery_tag": slot["tag"]},
+        }).replace("%", "%%")
+        for name, marker in slot.items():
+            text = text.replace(json.dumps(marker), f"%({name})s")
+        return text
 
     def inline_push(self, job_id: str, operation: str) -> ListPush:
         """The publish, for the store to make in a submit's own round trip (only when `shares_store`)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import threading
@@ -45,6 +46,22 @@ def test_message_matches_celerys(settings: Settings) -> None:
     assert ours["headers"]["task"] == RUN_TASK and ours["headers"]["shadow"] == "demo.sleep"
     same = {"correlation_id", "delivery_mode", "delivery_info", "priority", "body_encoding"}
     assert {k: ours["properties"][k] for k in same} == {k: theirs["properties"][k] for k in same}
+
+
+@pytest.mark.parametrize("operation", ["demo.sleep", 'quote"and\\back%(id)s%%', "naïve.✓"])
+def test_a_message_is_written_from_its_template_as_json_would_write_it(settings: Settings, operation: str) -> None:
+    dispatcher = RedisDispatcher(settings, redis.Redis.from_url(settings.effective_broker_url), shares_store=False)
+    job_id = f"job-{secrets.token_hex(4)}"
+    first, second = (json.loads(dispatcher.message(job_id, operation)) for _ in range(2))
+    assert json.loads(base64.b64decode(first["body"])) == [[job_id], {}, {"callbacks": None, "errbacks": None,
+                                                                         "chain": None, "chord": None}]
+    headers = first["headers"]
+    assert (headers["id"], headers["root_id"], headers["shadow"]) == (job_id, job_id, operation)
+    assert headers["argsrepr"] == f"[{operation!r}, {job_id!r}]" and headers["task"] == RUN_TASK
+    assert first["properties"]["correlation_id"] == job_id
+    assert first["properties"]["delivery_tag"] != second["properties"]["delivery_tag"]
+    assert {k: v for k, v in first.items() if k != "properties"} == {k: v for k, v in second.items()
+                                                                      if k != "properties"}
 
 
 class RoundTrips:
