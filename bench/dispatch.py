@@ -41,6 +41,7 @@ def runner(bench: Bench) -> None:
     cpu: dict[str, list[dict[str, float]]] = {name: [] for name in services}
     calls: dict[str, list[dict[str, float]]] = {name: [] for name in services}
     queue, db = bench.runtime.settings.queue, bench.db0
+    bench.compact()
     for rep in range(reps):
         order = list(services) if rep % 2 == 0 else list(reversed(services))
         for worker in order:

@@ -106,6 +106,8 @@ class Bench:
         self.fastmcp_env = {**common, "BENCH_DOCKET_URL": f"{base}/2"}
         self.runtime: Runtime = build_runtime(Settings.from_env(self.product_env))
         self.db0 = redis.Redis(port=self.redis.port, db=0)
+        # The AOF is rewritten only when `compact` asks, between rows (see there).
+        self.db0.config_set("auto-aof-rewrite-percentage", 0)
         self.db1 = redis.Redis(port=self.redis.port, db=1)
         self.ports = {name: free_port() for name in ("product", "baseline", "fastmcp", "a2a-sdk", "a2a-sdk-pg")}
         self.url = {name: f"http://127.0.0.1:{port}" for name, port in self.ports.items()}
@@ -240,6 +242,7 @@ class Bench:
         theirs: list[float] = []
         cpu: dict[str, list[dict[str, float]]] = {"product": [], "baseline": []}
         calls: dict[str, list[dict[str, float]]] = {"product": [], "baseline": []}
+        self.compact()
         for rep in range(self.plan.runner_reps):
             sides = [("product", ours), ("baseline", theirs)]
             for side, out in sides if rep % 2 == 0 else reversed(sides):
@@ -286,7 +289,9 @@ class Bench:
                 "redis": procs.cpu_seconds(self.redis.process.pid)}
 
     def paired(self, *args: Any, **kwargs: Any) -> Row:
-        """`measures.paired` with this bench's meter: every row alternating two loads gives each side's profile."""
+        """`measures.paired` with this bench's meter (every row alternating two loads gives each side's profile),
+        from a compacted AOF."""
+        self.compact()
         return paired(*args, meter=self.meter, **kwargs)
 
     @functools.cached_property
@@ -357,6 +362,7 @@ class Bench:
         keys, store = self.runtime.store.keys, self.runtime.store
         client_ms: list[float] = []
         server_ms: list[float] = []
+        self.compact()
         with httpx.Client(base_url=self.url["product"], headers=self.auth(), timeout=10) as http:
             for i in range(self.plan.latency_jobs + 3):
                 sent = time.time() * 1000
@@ -396,7 +402,7 @@ class Bench:
             self.down(worker)
         small, large = self.plan.small_handles, self.plan.large_handles
         ids = self.finished(max(0, small - self.retained))
-        self.settle()
+        self.compact()
         before_mem, before_n = self.used_memory(), self.retained
         sample = self.write_ids("small", ids[-1000:])
         target = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(self.ops_token), ids=sample)
@@ -419,6 +425,7 @@ class Bench:
         picked = [added[i] for i in range(0, len(added), max(1, len(added) // 1000))][:1000]
         target = Load(self.url["product"], path="/v1/jobs/%s", headers=self.auth(self.ops_token),
                       ids=self.write_ids("large", picked))
+        self.compact()
         warm(self.plan, target)
         p99_large = [fixed(target, self.plan)().p99_ms for _ in range(self.plan.reps)]
         ratio = median(p99_large) / median(p99_small)
@@ -428,6 +435,16 @@ class Bench:
 
     def used_memory(self) -> int:
         return int(self.db0.info("memory")["used_memory"])
+
+    def compact(self) -> None:
+        """Rewrite the AOF now, and wait for it. Left to itself Redis rewrites whenever the file doubled: a fork and
+        a child that takes a whole core for 2 to 14 s once a minute or so in the submit rows (the file doubles that
+        fast when every row leaves its jobs behind), landing in whichever side's run is on at the time. Rewritten
+        before each row instead, no rewrite runs inside a measured window; the AOF stays on (fsync every second),
+        so each side's writes still cost what they cost."""
+        self.settle()
+        self.db0.bgrewriteaof()
+        self.settle()
 
     def settle(self, timeout_s: float = 600) -> None:
         """Wait for any AOF rewrite to finish, so that no fork competes with what is measured next."""
