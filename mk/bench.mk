@@ -1,4 +1,4 @@
-# `make bench` (full run, 11 to 20 minutes on 2 cores) and `make bench QUICK=1` (a smoke run, under a minute).
+# `make bench` (full run, about 30 minutes on 2 cores) and `make bench QUICK=1` (a smoke run, under a minute).
 # It starts its own Redis, gunicorn and workers; the load generator is wrk (Debian's package). The
 # fastmcp baseline server needs fastmcp + fastmcp-tasks 4.1.4, which cannot share the product's
 # environment, so it gets its own, built once: rebuilt only when these rules change. The A2A baseline
