@@ -21,7 +21,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode
 from redis.retry import Retry
-from redis.utils import HIREDIS_AVAILABLE
 
 from ..config import CLUSTER_SCHEMES, is_cluster_url
 from ..errors import StoreUnavailable
@@ -30,8 +29,10 @@ from .cluster import ScriptingCluster
 
 T = TypeVar("T")
 
-if HIREDIS_AVAILABLE:
+try:  # a hiredis without a packer of its own (or none): redis-py packs every command as it would anyway
     from hiredis import pack_command
+except ImportError:
+    pack_command = None  # type: ignore[assignment]
 
 # A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
 # own: the same "try again later" to callers.
@@ -71,7 +72,7 @@ class NativePackingConnection(redis.Connection):
 
     def _construct_command_packer(self, packer: Any) -> Any:
         standard = super()._construct_command_packer(packer)  # type: ignore[no-untyped-call]
-        if packer is not None or not HIREDIS_AVAILABLE or (self.encoder.encoding, self.encoder.encoding_errors) != (
+        if packer is not None or pack_command is None or (self.encoder.encoding, self.encoder.encoding_errors) != (
                 "utf-8", "strict"):
             return standard
         return NativePacker(standard)

@@ -80,7 +80,7 @@ def test_jobs_on_every_node_run_to_the_end(cluster_runtime: Runtime) -> None:
         wait_until(lambda j=job_id: service.get(owner, j).state is JobState.COMPLETED, 20, message=f"{job_id} done")
     client: Any = cluster_runtime.store.redis
     for node in client.get_nodes():  # every node's connections pack with hiredis alone (store.connect)
-        assert isinstance(node.redis_connection.connection_pool.get_connection()._command_packer, NativePacker)
+        assert isinstance(node.redis_connection.connection_pool.make_connection()._command_packer, NativePacker)
 
 
 def test_owner_listings_and_idempotency_records_across_slots(cluster_runtime: Runtime) -> None:

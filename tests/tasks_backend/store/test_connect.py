@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 import redis
-from redis.utils import HIREDIS_AVAILABLE
 
+from tasks_backend.store import connect as connecting
 from tasks_backend.store.connect import KernelTimeoutConnection, NativePacker, connect
 
-pytestmark = pytest.mark.skipif(not HIREDIS_AVAILABLE, reason="redis-py packs in Python without hiredis")
+pytestmark = pytest.mark.skipif(connecting.pack_command is None, reason="no hiredis packer to pack with")
 
 ARGUMENTS: list[Any] = ["plain", "naïve ✓", b"\x00\xffbytes", 0, -7, 2**70, 0.1, 1e16, 1e-7, 1796421365385.574,
                         float("inf"), memoryview(b"view"), bytearray(b"array"), "", b""]
@@ -55,7 +57,7 @@ def test_what_redis_py_refuses_is_refused_the_same_way(value: Any) -> None:
 
 def test_values_go_to_a_real_redis_and_back(redis_base: Any) -> None:
     client = connect(f"{redis_base}/14")
-    assert isinstance(client.connection_pool.get_connection()._command_packer, NativePacker)  # type: ignore[attr-defined]
+    assert isinstance(client.connection_pool.make_connection()._command_packer, NativePacker)  # type: ignore[attr-defined]
     try:
         client.hset("packed", mapping={"text": "naïve ✓", "int": 2**70, "float": 0.1, "big": 1e16})
         assert client.hgetall("packed") == {"text": "naïve ✓", "int": str(2**70), "float": "0.1", "big": "1e+16"}
@@ -65,3 +67,16 @@ def test_values_go_to_a_real_redis_and_back(redis_base: Any) -> None:
     finally:
         client.delete("packed")
         client.close()
+
+
+def test_without_a_hiredis_packer_the_store_imports_and_packs_as_redis_py_does() -> None:
+    probe = """
+import hiredis
+del hiredis.pack_command  # a hiredis that has no packer of its own
+from tasks_backend.store.connect import KernelTimeoutConnection, NativePacker
+packer = KernelTimeoutConnection(io_timeout_s=1.0)._command_packer
+print(type(packer).__name__, isinstance(packer, NativePacker))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[1] == "False", done.stdout

@@ -4,6 +4,7 @@ a submit that waits for a replica (`WAIT`). The broker side is in tests/workers/
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.sentinel import SentinelConnectionPool
@@ -14,7 +15,7 @@ from tasks_backend.errors import JobNotFound, StoreUnavailable
 from tasks_backend.model.domain import JobState
 from tasks_backend.running.dispatch import RedisDispatcher, celery_config
 from tasks_backend.service.runtime import Runtime, build_runtime, make_dispatcher
-from tasks_backend.store.connect import connect
+from tasks_backend.store.connect import NativePacker, connect
 from tasks_backend.store.sentinel import parse, sentinel_url
 from tests.conftest import make_settings, wait_until
 from tests.support.sentinel import SERVICE, SentinelGroup
@@ -57,6 +58,8 @@ def runtime_on(group: SentinelGroup, **overrides: object) -> Runtime:
 def test_the_store_follows_the_primary_across_a_failover(sentinel_group: SentinelGroup) -> None:
     group = sentinel_group
     rt = runtime_on(group)
+    pool: Any = rt.store.redis.connection_pool
+    assert isinstance(pool.make_connection()._command_packer, NativePacker)  # the primary's, packed as on one server
     before, _ = rt.service.submit(ALICE, "test.noop")
     old = group.kill_primary()
     # The Sentinels need `down-after-milliseconds` to agree it is gone: meanwhile calls fail fast.
