@@ -24,8 +24,8 @@ def measure(bench: Bench) -> None:
     theirs = Load(bench.url["baseline"], method="POST", path="/jobs")
     warm(bench.plan, ours, theirs)
     bench.rows.append(bench.paired("submit POST /v1/jobs with a priority, fair shares on", "req/s",
-                             ">= 1.2x bare apply_async route", 1.2, bench.plan, fixed(ours, bench.plan),
-                             fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues))
+                                   ">= 1.2x bare apply_async route", 1.2, bench.plan, fixed(ours, bench.plan),
+                                   fixed(theirs, bench.plan), lambda r: r.rps, settle=bench.purge_queues))
     bench.purge_queues()
     runner(bench)
 

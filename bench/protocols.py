@@ -47,8 +47,8 @@ def mcp(bench: Bench) -> None:
     theirs_call = Load(bench.url["fastmcp"], method="POST", path="/mcp", body=call, headers=call_headers)
     warm(bench.plan, ours_call, theirs_call)
     bench.rows.append(bench.paired("MCP tools/call -> task handle", "req/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
-                            plan, fixed(ours_call, plan), fixed(theirs_call, plan),
-                            lambda r: r.rps, settle=bench.drain_product))
+                                   plan, fixed(ours_call, plan), fixed(theirs_call, plan),
+                                   lambda r: r.rps, settle=bench.drain_product))
     get = Load(bench.url["product"], method="POST", path="/mcp", body=rpc("tasks/get", {"taskId": "%s"}),
                headers={**MCP_HEADERS, "Mcp-Method": "tasks/get", **bench.auth()}, ids=bench.poll_ids())
     protocol_rows(bench, "MCP tools/call", ours_call, "MCP tasks/get", get)
@@ -59,7 +59,7 @@ def mcp(bench: Bench) -> None:
     ours_flow = mcp_flow(bench.url["product"], bench.auth())
     theirs_flow = mcp_flow(bench.url["fastmcp"], {})
     bench.rows.append(bench.paired("MCP jobs completed end to end", "jobs/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
-                            plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s))
+                                   plan, flow(ours_flow, plan), flow(theirs_flow, plan), lambda r: r.jobs_per_s))
     bench.down("fastmcp")
 
 def a2a(bench: Bench) -> None:
@@ -81,9 +81,9 @@ def a2a(bench: Bench) -> None:
     theirs = Load(bench.url["a2a-sdk-pg"], method="POST", path="/a2a", body=send, headers=headers)
     warm(bench.plan, send_ours, theirs)
     bench.rows.append(bench.paired("A2A SendMessage (returnImmediately)", "req/s",
-                            ">= 6x a2a-sdk 1.3.0 (database store, PostgreSQL)", 6.0, bench.plan,
-                            fixed(send_ours, bench.plan), fixed(theirs, bench.plan), lambda r: r.rps,
-                            settle=bench.drain_product))
+                                   ">= 6x a2a-sdk 1.3.0 (database store, PostgreSQL)", 6.0, bench.plan,
+                                   fixed(send_ours, bench.plan), fixed(theirs, bench.plan), lambda r: r.rps,
+                                   settle=bench.drain_product))
     bench.purge_queues()
     get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
     get_ours = Load(bench.url["product"], method="POST", path="/a2a", body=get,
@@ -96,7 +96,7 @@ def a2a(bench: Bench) -> None:
         theirs = Load(bench.url[name], method="POST", path="/a2a", body=get, headers=headers, ids=seeded)
         warm(bench.plan, get_ours, theirs)
         bench.rows.append(bench.paired(label, "req/s", target, minimum, bench.plan, fixed(get_ours, bench.plan),
-                                fixed(theirs, bench.plan), lambda r: r.rps))
+                                       fixed(theirs, bench.plan), lambda r: r.rps))
         bench.down(name)
     protocol_rows(bench, "A2A SendMessage", send_ours, "A2A GetTask", get_ours)
 
@@ -109,10 +109,10 @@ def protocol_rows(bench: Bench, submit_name: str, submit: Load, poll_name: str, 
     http_poll = Load(bench.url["product"], path="/v1/jobs/%s", headers=bench.auth(), ids=bench.poll_ids())
     warm(bench.plan, submit, http_submit)
     bench.rows.append(bench.paired(f"{submit_name} vs the product's HTTP submit", "req/s",
-                            ">= 0.9x POST /v1/jobs, same run", 0.9, bench.plan, fixed(submit, bench.plan),
-                            fixed(http_submit, bench.plan), lambda r: r.rps, settle=bench.drain_product))
+                                   ">= 0.9x POST /v1/jobs, same run", 0.9, bench.plan, fixed(submit, bench.plan),
+                                   fixed(http_submit, bench.plan), lambda r: r.rps, settle=bench.drain_product))
     bench.purge_queues()
     warm(bench.plan, poll, http_poll)
     bench.rows.append(bench.paired(f"{poll_name} vs the product's HTTP poll", "req/s",
-                            ">= 0.9x GET /v1/jobs/{id}, same run", 0.9, bench.plan, fixed(poll, bench.plan),
-                            fixed(http_poll, bench.plan), lambda r: r.rps))
+                                   ">= 0.9x GET /v1/jobs/{id}, same run", 0.9, bench.plan, fixed(poll, bench.plan),
+                                   fixed(http_poll, bench.plan), lambda r: r.rps))

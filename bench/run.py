@@ -210,7 +210,7 @@ class Bench:
         theirs = Load(self.url["baseline"], path="/hash/%s", ids=ids)
         warm(self.plan, ours, theirs)
         self.rows.append(self.paired("poll GET /v1/jobs/{id}", "req/s", ">= 1.0x bare HGETALL route", 1.0, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+                                     fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
 
     def submit(self) -> None:
         body = json.dumps({"operation": "bench.noop", "params": {}})
@@ -219,7 +219,7 @@ class Bench:
         theirs = Load(self.url["baseline"], method="POST", path="/jobs")
         warm(self.plan, ours, theirs)
         self.rows.append(self.paired("submit POST /v1/jobs", "req/s", ">= 1.2x bare apply_async route", 1.2, self.plan,
-                                fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
+                                     fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
         self.purge_queues()
         # Every request with an Idempotency-Key never used before: the key is claimed, then the job is
         # enqueued (after the record, in a second round trip: see JobService.submit). The baseline gets
@@ -228,8 +228,8 @@ class Bench:
         theirs_keyed = dataclasses.replace(theirs, unique_header="Idempotency-Key")
         warm(self.plan, keyed)
         self.rows.append(self.paired("submit POST /v1/jobs with an Idempotency-Key", "req/s",
-                                ">= 1.0x bare apply_async route", 1.0, self.plan, fixed(keyed, self.plan),
-                                fixed(theirs_keyed, self.plan), lambda r: r.rps))
+                                     ">= 1.0x bare apply_async route", 1.0, self.plan, fixed(keyed, self.plan),
+                                     fixed(theirs_keyed, self.plan), lambda r: r.rps))
         self.purge_queues()
 
     def runner(self) -> None:
@@ -348,14 +348,15 @@ class Bench:
                             "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
         warm(self.plan, ours, theirs)
         self.rows.append(self.paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery",
-                                1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan), lambda r: r.jobs_per_s))
+                                     1.2, self.plan, flow(ours, self.plan), flow(theirs, self.plan),
+                                     lambda r: r.jobs_per_s))
         # The product's MCP flow against its own HTTP flow, alternated under the same conditions (before any
         # MCP baseline server runs): what the protocol layer costs on top of the job.
         mcp_ours = mcp_flow(self.url["product"], self.auth())
         warm(self.plan, mcp_ours)
         self.rows.append(self.paired("MCP end to end vs the product's HTTP end to end", "jobs/s",
-                                ">= 0.95x the product's HTTP flow", 0.95, self.plan, flow(mcp_ours, self.plan),
-                                flow(ours, self.plan), lambda r: r.jobs_per_s))
+                                     ">= 0.95x the product's HTTP flow", 0.95, self.plan, flow(mcp_ours, self.plan),
+                                     flow(ours, self.plan), lambda r: r.jobs_per_s))
 
     def latency(self) -> None:
         """Submit -> running on an idle system: one job at a time, read from the job's own event feed."""
@@ -411,10 +412,8 @@ class Bench:
         added: list[str] = []
         while self.retained < large:
             added += self.finished(min(100_000, large - self.retained))
-        self.settle()
         with_feeds = self.used_memory()
         fill.drop_feeds(self.runtime, added)
-        self.settle()
         after_mem = self.used_memory()
         per_handle = (after_mem - before_mem) / (self.retained - before_n)
         per_handle_feeds = (with_feeds - before_mem) / (self.retained - before_n)
@@ -442,18 +441,14 @@ class Bench:
         fast when every row leaves its jobs behind), landing in whichever side's run is on at the time. Rewritten
         before each row instead, no rewrite runs inside a measured window; the AOF stays on (fsync every second),
         so each side's writes still cost what they cost."""
-        self.settle()
         self.db0.bgrewriteaof()
-        self.settle()
-
-    def settle(self, timeout_s: float = 600) -> None:
-        """Wait for any AOF rewrite to finish, so that no fork competes with what is measured next."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             info = self.db0.info("persistence")
             if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
                 return
             time.sleep(0.2)
+        raise RuntimeError("the AOF rewrite did not finish in 10 minutes")
 
 
 MEASURES = ("poll", "submit", "runner", "dispatch", "end_to_end", "mcp", "a2a", "scale")
