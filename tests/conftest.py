@@ -162,6 +162,13 @@ def users(token_file: Path) -> Users:
     return Users(token_file)
 
 
+def single_redis(redis_base: str) -> str:
+    """`redis_base` as a plain Redis for the job store too, where the suite's store is a Cluster (`make
+    test-cluster`): for what only a single Redis does (the broker in the store's own Redis, one script over a job's
+    keys and the broker's, a relay in front of the store)."""
+    return str(redis_base)  # a plain str: no `store_url`
+
+
 def make_settings(redis_base: str, **overrides: Any) -> Settings:
     suffix = secrets.token_hex(4)
     store_url = getattr(redis_base, "store_url", None)

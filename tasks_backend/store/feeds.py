@@ -6,10 +6,13 @@ named only here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import redis
 
 from ..model.domain import JobState
 from .connect import redis_errors
@@ -55,14 +58,25 @@ class FeedReads(StorePart):
         job_of = {self.keys.events(job_id): job_id for job_id in after}
         streams = {self.keys.events(job_id): cursor for job_id, cursor in after.items()}
         with redis_errors():
-            if self.single or len(streams) == 1:
-                reply = self.redis.xread(streams, count=100, block=block_ms)
+            if self.single:
+                reply = blocking_xread(self.redis, streams, block_ms)
+            elif len(streams) == 1:
+                reply = self._read_on_node(streams, block_ms)
             else:
                 reply = self._poll_feeds(streams, block_ms)
         out: dict[str, list[Event]] = {}
         for stream, entries in reply or []:
             out[job_of[stream]] = [event(entry_id, f) for entry_id, f in entries]
         return {job_id: events for job_id, events in out.items() if events}
+
+    def _read_on_node(self, streams: Mapping[str, str], block_ms: int) -> list[Any]:
+        """One job's feed on a Redis Cluster: a blocking read on the node that serves its slot, through the
+        cluster client where the node is gone or the slot moved (it finds the new owner)."""
+        try:
+            node = self.redis.get_node_from_key(next(iter(streams)))
+            return blocking_xread(self.redis.get_redis_connection(node), streams, block_ms)  # type: ignore[no-any-return]
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+            return self.redis.xread(streams, count=100, block=block_ms)  # type: ignore[no-any-return]
 
     def _poll_feeds(self, streams: Mapping[str, str], block_ms: int) -> list[Any]:
         deadline = time.monotonic() + block_ms / 1000
@@ -75,3 +89,51 @@ class FeedReads(StorePart):
             if reply or left <= 0:
                 return reply
             time.sleep(min(CLUSTER_POLL_S, left))
+
+
+def blocking_xread(client: Any, streams: Mapping[str, str], block_ms: int) -> Any:
+    """XREAD ... BLOCK on one connection of `client` whose Redis client id is known, as the client's own call
+    would be (one retry on a dropped connection).
+
+    A read cut short here (the process stopping, the stream's client hanging up) closes its connection, and Redis
+    counts the read as going on until it notices the close. What follows the cut (a stream slot given back, say)
+    goes over another connection and could reach Redis first: ending the reader by its id first means nothing
+    done after this returns finds the read still on. Where the server refuses `CLIENT KILL` (an ACL without it),
+    Redis ends the read when it sees the close, moments later."""
+    args: list[Any] = ["XREAD", "COUNT", 100, "BLOCK", block_ms, "STREAMS", *streams.keys(), *streams.values()]
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    reader: list[int] = []
+
+    def read() -> Any:
+        reader[:] = [_client_id(conn)]
+        conn.send_command(*args)
+        return client.parse_response(conn, "XREAD")
+
+    try:
+        return conn.retry.call_with_retry(read, lambda _: conn.disconnect())
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise  # the connection is gone and so is the read
+    except BaseException:
+        if reader and conn._sock is None:  # cut off mid-read (an error Redis answered leaves it connected)
+            _end_reader(client, reader[0])
+        raise
+    finally:
+        pool.release(conn)
+
+
+def _client_id(conn: Any) -> int:
+    """Redis's id of `conn`, asked once per socket (a reconnected connection is a new client)."""
+    known = getattr(conn, "_reader_id", None)
+    if known is not None and conn._sock is known[0]:
+        return int(known[1])
+    conn.send_command("CLIENT", "ID")
+    found = int(conn.read_response())
+    conn._reader_id = (conn._sock, found)
+    return found
+
+
+def _end_reader(client: Any, reader: int) -> None:
+    # Already gone (Redis saw the close), refused, or Redis is away: Redis ends the read by itself.
+    with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+        client.execute_command("CLIENT", "KILL", "ID", reader)

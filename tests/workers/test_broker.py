@@ -14,7 +14,7 @@ from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.running.dispatch import CeleryDispatcher
 from tasks_backend.running.execution import worker_name
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, single_redis, wait_until
 from tests.support.procs import worker_process
 from tests.support.sentinel import SERVICE, SentinelGroup
 from workers import broker
@@ -32,7 +32,7 @@ from workers.celery_app import create_celery
 
 def noop_job(redis_base: str) -> tuple[Settings, Runtime, JobRecord]:
     """A deployment of its own (no worker consumes its queue) and one no-op job submitted to it."""
-    settings = make_settings(redis_base)
+    settings = make_settings(single_redis(redis_base))
     runtime = build_runtime(settings)
     return settings, runtime, runtime.service.submit("alice", "test.noop", {})[0]
 
@@ -45,7 +45,7 @@ def test_plain_redis_brokers_get_the_worker_transport_and_others_keep_kombus() -
 
 
 def test_only_the_worker_app_uses_it(redis_base: str) -> None:
-    settings = make_settings(redis_base)
+    settings = make_settings(single_redis(redis_base))
     assert create_celery(settings).conf.broker_transport == TRANSPORT
     assert create_celery(settings, consumer=False).conf.broker_transport is None
 
@@ -56,7 +56,7 @@ def test_a_channel_whose_connection_was_collected_raises_a_connection_error(redi
     messages, which needs a connection. Raise what Celery ignores before it reconnects, not an
     AttributeError that stops the worker (as kombu's own transport does: the second case; when that case
     fails, kombu has fixed it and workers/broker.py can go)."""
-    app = create_celery(make_settings(redis_base), consumer=consumer)
+    app = create_celery(make_settings(single_redis(redis_base)), consumer=consumer)
     with app.connection_for_read() as conn:
         channel = conn.default_channel
         assert isinstance(channel, Channel) is consumer
@@ -85,7 +85,7 @@ def test_the_same_holds_for_a_sentinel_broker(sentinel_group: SentinelGroup, con
 def test_the_worker_channel_keeps_one_client_per_connection_pool(redis_base: str) -> None:
     """Building a redis-py client costs tens of microseconds, and kombu builds one for each ack-bookkeeping
     command; the worker's channel builds one per pool, and a new one when its pool is replaced."""
-    app = create_celery(make_settings(redis_base))
+    app = create_celery(make_settings(single_redis(redis_base)))
     with app.connection_for_read() as conn:
         channel = conn.default_channel
         first = channel._create_client()
@@ -103,7 +103,7 @@ def test_a_message_that_is_not_json_is_dropped_and_the_worker_runs_on(redis_base
                                                                       pool: str) -> None:
     """kombu decodes each message it pops; one that is not JSON ('' or an operation's name) used to end the worker
     with "Unrecoverable error". It is dropped, and the jobs behind it run."""
-    settings = make_settings(redis_base)
+    settings = make_settings(single_redis(redis_base))
     runtime = build_runtime(settings)
     broker = redis.Redis.from_url(settings.effective_broker_url)
     broker.lpush(settings.queue, "", "test.noop", "{not json")
@@ -180,7 +180,7 @@ def test_a_message_fetched_once_the_worker_is_stopping_is_not_claimed(redis_base
 def test_an_ack_rides_with_the_next_claim_and_the_last_goes_alone_when_the_channel_closes(redis_base: str) -> None:
     """A claimed message's ack is taken off Redis by the next fetch's claim (one round trip per job, not two); the
     acks still waiting when the channel closes go alone, so nothing acked is ever restored."""
-    settings = make_settings(redis_base)
+    settings = make_settings(single_redis(redis_base))
     runtime = build_runtime(settings)
     for _ in range(2):
         runtime.service.submit("alice", "test.noop", {})

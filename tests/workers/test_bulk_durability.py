@@ -22,7 +22,7 @@ from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.service.filters import JobFilter
 from tasks_backend.service.runtime import build_runtime
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, single_redis, wait_until
 from tests.support.lag import LaggyRelay
 from tests.support.procs import Proc, sweeper_process, wait_for_http, web_process, worker_process
 
@@ -64,7 +64,7 @@ def procs() -> Iterator[list[Proc]]:
 
 def test_a_bulk_rerun_survives_a_worker_sigkill_and_a_web_restart_and_reruns_each_once(
         redis_base: str, tmp_path: Path, procs: list[Proc]) -> None:
-    settings = make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2)
+    settings = make_settings(single_redis(redis_base), lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2)
     url = urlsplit(settings.redis_url)
     relay = LaggyRelay((url.hostname or "127.0.0.1", url.port or 6379), 0.002)
     laggy = settings.with_(redis_url=f"redis://127.0.0.1:{relay.port}{url.path}")

@@ -15,14 +15,14 @@ from tasks_backend.store.admission import entry as gate_entry
 from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import RedisStore
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, single_redis, wait_until
 
 OWNER = "alice"
 
 
 @pytest.fixture
 def store(redis_base: str) -> RedisStore:
-    return build_runtime(make_settings(redis_base)).store
+    return build_runtime(make_settings(single_redis(redis_base))).store
 
 
 def gate_of(store: RedisStore, fallback: int = 1) -> GateCall:

@@ -30,6 +30,7 @@ from tasks_backend.store.connect import NativePacker
 from tests.conftest import ALICE, make_settings, wait_until
 from tests.support.procs import worker_process
 from tests.support.waits import assert_a_parent_woken_as_it_parks_is_published
+from tests.tasks_backend.store.test_feeds import Cut, append_once_reading, cut_when_blocked
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,27 @@ def test_the_cluster_refuses_commands_across_slots(cluster_runtime: Runtime) -> 
     node = redis.Redis(host=client.get_node_from_key(job_key).host, port=client.get_node_from_key(job_key).port)
     with pytest.raises(ClusterCrossSlotError):  # and so does the server, whatever the client
         node.eval("return 1", 2, job_key, due_key)
+
+
+def test_a_job_s_feed_is_read_blocking_on_its_node_and_a_cut_read_ends_there(cluster_runtime: Runtime) -> None:
+    """One job's feed is read with a blocking XREAD on the node of its slot: an entry added meanwhile ends it, and
+    a read cut short in the reader is over on that node by the time the store raises (see test_feeds)."""
+    store = cluster_runtime.store
+    client: Any = store.redis
+    job_id = secrets.token_hex(8)
+    node = client.get_node_from_key(store.keys.events(job_id))
+    observer = redis.Redis(host=node.host, port=node.port, decode_responses=True)
+
+    def reading() -> int:
+        return sum(1 for c in observer.client_list() if c["cmd"] == "xread" and "b" in c["flags"])
+
+    writer = append_once_reading(observer, store.keys.events(job_id), lambda: reading() == 1)
+    assert [e.state for e in store.events(job_id, "0-0", 4_000)] == [JobState.RUNNING]
+    writer.join()
+    cut_when_blocked(client.get_redis_connection(node), observer)
+    with pytest.raises(Cut):
+        store.events(job_id, "$", 4_000)
+    assert reading() == 0, observer.client_list()
 
 
 def test_a_cluster_that_lost_a_node_answers_503_not_500(redis_base: str) -> None:

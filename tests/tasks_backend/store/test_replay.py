@@ -24,7 +24,7 @@ from tasks_backend.store.claims import ClaimTerms, read_claim
 from tasks_backend.store.connect import connect, connect_cluster
 from tasks_backend.store.fields import Change
 from tasks_backend.store.jobs import RedisStore
-from tests.conftest import wait_until
+from tests.conftest import make_settings, single_redis, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 ALICE = Principal("alice")
@@ -185,10 +185,11 @@ def test_the_claimed_record_is_the_job_as_the_claim_left_it_first_time_and_repla
     assert claims[0] == claims[1] == ("ok", stored)
 
 
-def test_the_claim_made_with_a_fetch_applied_twice_answers_the_same(runtime: Runtime) -> None:
+def test_the_claim_made_with_a_fetch_applied_twice_answers_the_same(redis_base: str) -> None:
     """The worker's transport records the message as unacknowledged and claims its job in one script
     (`store.claims.FetchClaim`), forgetting the messages acked since; replayed, it keeps one unacked entry, forgets
-    the same, and answers with the first claim."""
+    the same, and answers with the first claim. The broker is the store's Redis: a single one."""
+    runtime = build_runtime(make_settings(single_redis(redis_base)))
     store = runtime.store
     record, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
     unacked = [f"{store.keys.prefix}:test-unacked-index", f"{store.keys.prefix}:test-unacked"]
