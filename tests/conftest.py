@@ -12,7 +12,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+#: Where a test's fixtures leave what reads their processes' logs (see `show_logs_on_failure`).
+_LOGS = pytest.StashKey[list[Callable[[], str]]]()
+
+
+def show_logs_on_failure(request: pytest.FixtureRequest, logs: Callable[[], str]) -> None:
+    """Have the report of a test whose setup or call fails carry `logs()` (the output of processes a fixture
+    started), read as it fails. A test's exception never reaches its fixtures' code (an `except` around a fixture's
+    `yield` runs for nothing the test does), so a fixture registers here instead of printing."""
+    request.node.stash.setdefault(_LOGS, []).append(logs)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if report.failed and report.when in ("setup", "call"):
+        for logs in item.stash.get(_LOGS, []):
+            try:
+                text = logs()
+            except OSError as error:  # a process that never wrote its log
+                text = f"(no log: {error})"
+            report.sections.append(("logs of the test's processes", text))
+    return report
 
 
 class RedisBase(str):
@@ -81,16 +105,14 @@ def local_cluster() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def sentinel_group(tmp_path: Path) -> Iterator[Any]:
+def sentinel_group(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A primary, a replica and three Sentinels of this test's own (tests/support/sentinel.py)."""
     from tests.support.sentinel import SentinelGroup
 
     group = SentinelGroup(tmp_path / "sentinel")
+    show_logs_on_failure(request, group.logs)
     try:
         yield group.start()
-    except BaseException:
-        print(group.logs())
-        raise
     finally:
         group.stop()
 

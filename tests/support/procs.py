@@ -180,8 +180,11 @@ def wait_for_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: f
     wait_until(up, timeout, interval=0.2, message=what)
 
 
-def print_logs(procs: Sequence[Proc]) -> None:
+def tails(procs: Sequence[Proc]) -> str:
     """The tail of each process's log, for a test that failed."""
-    for proc in procs:
-        print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
+    return "\n".join(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}" for proc in procs)
+
+
+def print_logs(procs: Sequence[Proc]) -> None:
+    print(tails(procs))
 

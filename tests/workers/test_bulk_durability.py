@@ -22,9 +22,9 @@ from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.service.filters import JobFilter
 from tasks_backend.service.runtime import build_runtime
-from tests.conftest import make_settings, single_redis, wait_until
+from tests.conftest import make_settings, show_logs_on_failure, single_redis, wait_until
 from tests.support.lag import LaggyRelay
-from tests.support.procs import Proc, sweeper_process, wait_for_http, web_process, worker_process
+from tests.support.procs import Proc, sweeper_process, tails, wait_for_http, web_process, worker_process
 
 pytestmark = pytest.mark.chaos
 ALICE = Principal("alice")
@@ -48,14 +48,11 @@ class Web:
 
 
 @pytest.fixture
-def procs() -> Iterator[list[Proc]]:
+def procs(request: pytest.FixtureRequest) -> Iterator[list[Proc]]:
     started: list[Proc] = []
+    show_logs_on_failure(request, lambda: tails(started))
     try:
         yield started
-    except BaseException:
-        for p in started:
-            print(f"--- {p.log_path.name}\n{p.output()[-3000:]}")
-        raise
     finally:
         for p in started:  # the test is over: nothing is left to hand back, so no graceful stop is waited for
             p.kill_group(signal.SIGKILL)

@@ -24,7 +24,7 @@ import pytest
 from tasks_backend import Principal
 from tasks_backend.devtools.embedded import free_port
 from tasks_backend.model.domain import JobState
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, show_logs_on_failure, wait_until
 from tests.support.procs import ROOT, wait_for_http, web_process
 from tests.workers.test_durability import Cluster, effects, open_gate, starts
 
@@ -55,15 +55,13 @@ def libfaketime() -> Path:
 
 
 @pytest.fixture
-def skewed(redis_base: str, tmp_path: Path) -> Iterator[Cluster]:
+def skewed(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     settings = make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
                              visibility_timeout_s=30.0)
     cluster = Cluster(settings, tmp_path)
+    show_logs_on_failure(request, cluster.logs)
     try:
         yield cluster
-    except BaseException:
-        print(cluster.logs())
-        raise
     finally:
         cluster.stop()
 

@@ -23,9 +23,9 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.model.domain import JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import wait_until
+from tests.conftest import show_logs_on_failure, wait_until
 from tests.support import rabbit
-from tests.support.procs import Proc, sweeper_process, worker_process
+from tests.support.procs import Proc, sweeper_process, tails, worker_process
 
 pytestmark = pytest.mark.chaos
 ALICE = Principal("alice")
@@ -74,19 +74,18 @@ class Cluster:
             proc.stop()
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.procs)
+        return tails(self.procs)
 
 
 @pytest.fixture
-def cluster(make_broker_settings: Callable[..., Settings], tmp_path: Path) -> Iterator[Cluster]:
+def cluster(make_broker_settings: Callable[..., Settings], tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[Cluster]:
     settings = make_broker_settings(lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2,
                              visibility_timeout_s=30.0)
     c = Cluster(settings, tmp_path)
+    show_logs_on_failure(request, c.logs)
     try:
         yield c
-    except BaseException:
-        print(c.logs())
-        raise
     finally:
         c.stop()
 

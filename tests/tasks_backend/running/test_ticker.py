@@ -15,8 +15,8 @@ from tasks_backend.model.schedules import Schedule
 from tasks_backend.running.ticker import Pass, Ticker
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.service.schedules import ScheduleService
-from tests.conftest import make_settings, wait_until
-from tests.support.procs import Proc, sweeper_process, worker_process
+from tests.conftest import make_settings, show_logs_on_failure, wait_until
+from tests.support.procs import Proc, sweeper_process, tails, worker_process
 
 
 @pytest.fixture
@@ -42,14 +42,11 @@ def assert_one_job_per_tick(service: ScheduleService, owner: str, name: str, per
 
 
 @pytest.fixture
-def procs(tmp_path: Path) -> Iterator[list[Proc]]:
+def procs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[Proc]]:
     started: list[Proc] = []
+    show_logs_on_failure(request, lambda: tails(started))
     try:
         yield started
-    except BaseException:
-        for proc in started:
-            print(f"--- {proc.log_path.name}\n{proc.output()[-3000:]}")
-        raise
     finally:
         for proc in started:
             proc.stop()
