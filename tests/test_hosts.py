@@ -27,9 +27,9 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.service.runtime import Runtime, build_runtime
-from tests.conftest import make_settings, wait_until
+from tests.conftest import make_settings, show_logs_on_failure, wait_until
 from tests.support import netns
-from tests.support.procs import Proc, print_logs, sweeper_process, wait_for_http, web_process, worker_process
+from tests.support.procs import Proc, print_logs, sweeper_process, tails, wait_for_http, web_process, worker_process
 
 pytestmark = pytest.mark.chaos
 TOKEN = "alice-token"
@@ -124,12 +124,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 
 @pytest.fixture
-def hosts(site: Site, request: pytest.FixtureRequest) -> Iterator[Site]:
-    """The site, with every process's log printed when the test fails."""
-    failed = request.session.testsfailed
-    yield site
-    if request.session.testsfailed > failed:
-        print_logs(site.procs)
+def hosts(site: Site, request: pytest.FixtureRequest) -> Site:
+    """The site, with every process's log in the report of a test that fails."""
+    show_logs_on_failure(request, lambda: tails(site.procs))
+    return site
 
 
 def test_worker_host_cut_off_mid_job_loses_it_to_another_host_with_every_effect_once(hosts: Site) -> None:

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Serve, make_settings
+from tests.conftest import Serve, make_settings, show_logs_on_failure
 from tests.support.deployment import Deployment
+from tests.support.procs import tails
 
 
 @pytest.fixture
-def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[Deployment]:
+def deployment(redis_base: str, tmp_path: Path, serve: Serve, request: pytest.FixtureRequest) -> Iterator[Deployment]:
     d = Deployment(make_settings(redis_base, lease_s=1.5, queued_grace_s=1.0, sweep_interval_s=0.2), tmp_path, serve)
-    failed = True
+    show_logs_on_failure(request, lambda: tails(d.procs))
     try:
         yield d
-        failed = False
     finally:
-        d.close(show_logs=failed)
+        d.close()

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from tasks_backend.config import Settings
-from tests.conftest import BOB, JOB_MODULES, Serve, make_settings
+from tests.conftest import BOB, JOB_MODULES, Serve, make_settings, show_logs_on_failure
 from tests.support.deployment import Deployment
+from tests.support.procs import tails
 
 CREDENTIALS = {"http://127.0.0.1:": "Bearer bob-token"}
 
@@ -40,9 +41,11 @@ def remote_settings(redis_base: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture
-def deployment(redis_base: str, tmp_path: Path, serve: Serve) -> Iterator[RemoteDeployment]:
+def deployment(redis_base: str, tmp_path: Path, serve: Serve,
+               request: pytest.FixtureRequest) -> Iterator[RemoteDeployment]:
     d = RemoteDeployment(remote_settings(redis_base), tmp_path, serve)
+    show_logs_on_failure(request, lambda: tails(d.procs))
     try:
         yield d
     finally:
-        d.close(show_logs=any(proc.alive() for proc in d.procs))
+        d.close()

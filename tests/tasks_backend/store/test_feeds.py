@@ -80,6 +80,30 @@ def test_a_read_cut_short_is_over_in_redis_when_the_store_raises(server: Embedde
     assert len(observer.client_list()) <= 3, observer.client_list()  # cut connections are gone, not kept
 
 
+def test_after_a_redis_restart_a_cut_read_ends_its_own_connection_not_the_one_that_took_its_old_id(
+        server: EmbeddedRedis) -> None:
+    """Redis counts client ids from 1 again after a restart: the reader's id is asked again on its new connection,
+    so the client that now holds its old id is left alone."""
+    store = RedisStore(connect(server.url, 5.0), Keys("feeds-test"), max_ttl_ms=60_000)
+    observer = redis.Redis.from_url(server.url, decode_responses=True)
+    warm = [redis.Redis.from_url(server.url) for _ in range(5)]
+    for client in warm:  # ids taken before the store's, so that it holds one the bystanders below reach
+        client.ping()
+    assert store.events("j1", "0-0", 10) == []
+    old_id = next(int(c["id"]) for c in observer.client_list() if c["cmd"] == "xread")
+    server.stop()
+    server.start()
+    bystanders = {}
+    while not bystanders or max(bystanders) < old_id:
+        bystander = redis.Redis.from_url(server.url)
+        bystanders[int(bystander.client_id())] = bystander
+    assert old_id in bystanders, (old_id, sorted(bystanders))
+    cut_when_blocked(store.redis, observer)
+    with pytest.raises(Cut):
+        store.events("j1", "$", 4_000)
+    assert bystanders[old_id].client_id() == old_id  # still its first connection: not killed in the reader's place
+
+
 def append_once_reading(observer: redis.Redis, stream: str, reading: Callable[[], bool]) -> threading.Thread:
     """A thread that adds one entry (`running`) to `stream` once `reading()` says the store's read is blocked."""
     def append() -> None:
