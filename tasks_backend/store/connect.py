@@ -36,9 +36,11 @@ except ImportError:
     pack_command = None  # type: ignore[assignment]
 
 # A Redis Cluster that lost a node without a replica to promote, or is moving a slot, says so with errors of its
-# own: the same "try again later" to callers.
+# own, and so does redis-py once its refresh of a cluster's topology reached no node (redis-py 8 on): the same
+# "try again later" to callers.
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.BusyLoadingError,
-              redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError)
+              redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError, redis.exceptions.SlotNotCoveredError,
+              *filter(None, [getattr(redis.exceptions, "RedisClusterUnreachableError", None)]))
 
 
 def keepalive_options() -> dict[int, int]:

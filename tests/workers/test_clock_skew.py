@@ -7,9 +7,9 @@ still read as live to a sweeper with a correct clock: no job is requeued, rerun 
 (`tests/support/faketime` works around a libfaketime bug with Python's `time.sleep`.)
 
 The skewed worker runs its jobs on threads, not forked pool processes: under libfaketime 0.9.10 a process forked
-from a multithreaded Python one (the worker's main process runs background loops) hangs in about one fork in a
-hundred, inside libfaketime's `pthread_cond_init` as Python rebuilds its GIL (a lock of libfaketime's copied while
-another thread held it). The times compared are the same on either pool.
+from a multithreaded Python one (the worker's main process runs background loops) can hang for good inside
+libfaketime's `pthread_cond_init` as Python rebuilds its GIL, on a lock of libfaketime's copied while another thread
+held it (one fork in a hundred with four busy threads). The times compared are the same on either pool.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,30 @@ def test_a_cluster_that_lost_a_node_answers_503_not_500(redis_base: str) -> None
             response = client.get(f"/v1/jobs/{job_id}", headers=ALICE)
             assert response.status_code == 503, (job_id, response.status_code)
             assert int(response.headers["Retry-After"]) > 0
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_with_every_node_lost_answers_503_not_500(redis_base: str) -> None:
+    """Every primary lost. Once the client's refresh of the topology has reached no node, redis-py raises its own
+    `RedisClusterUnreachableError` rather than a connection error (it backs off between refreshes, so that takes
+    a moment): still "try again later" to a caller, on every request for three seconds."""
+    cluster = LocalCluster().start()
+    try:
+        settings = make_settings(redis_base, redis_url=cluster.url, broker_url=f"{redis_base}/14", rate_limit=0,
+                                 auth_failure_limit=0, max_active_jobs=0)
+        runtime = build_runtime(settings)
+        job_id = runtime.service.submit("alice", "test.noop", {})[0].id
+        client = create_app(runtime=runtime).test_client()
+        cluster.stop()
+        statuses: list[int] = []
+        until = time.monotonic() + 3.0
+        while time.monotonic() < until:
+            response = client.get(f"/v1/jobs/{job_id}", headers=ALICE)
+            statuses.append(response.status_code)
+            if response.status_code == 503:
+                assert int(response.headers["Retry-After"]) > 0
+        assert len(statuses) > 10 and set(statuses) == {503}, sorted(set(statuses))
     finally:
         cluster.stop()
 
