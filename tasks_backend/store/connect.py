@@ -90,7 +90,7 @@ class NativePackingConnection(redis.Connection):
         pool reconnects such a connection before handing it out.
 
         The pool asks with no timeout on every command. redis-py answers through `select.poll`, which under the
-        web's gevent is gevent's own: watchers made and a turn of the event loop, some 40 us a request. A select
+        web's gevent is gevent's own: watchers made and a turn of the event loop, some 24 us a command. A select
         that does not wait is one system call, and never blocks: under gevent its unpatched one."""
         sock, reader = self._sock, getattr(self._parser, "_reader", None)
         if timeout != 0 or sock is None or not hasattr(reader, "has_data") or not 0 <= sock.fileno() < FD_SETSIZE:
