@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tasks_backend.access.auth import Principal
+from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.errors import QuotaExceeded, RateLimited
 from tasks_backend.service.runtime import build_runtime
 from tests.adapters.mcp.clients.rpc import LEGACY, Legacy
@@ -247,9 +249,19 @@ def test_a_listing_that_reads_many_jobs_is_charged_for_them(redis_base: str, ser
         runtime.limits().admit(Principal("carol"), None)
 
 
-def test_a_busy_principal_is_admitted_in_batches(redis_base: str) -> None:
+@pytest.fixture
+def own_redis() -> Iterator[str]:
+    """A Redis no other test uses: its count of scripts run is this test's alone."""
+    server = EmbeddedRedis(appendonly=False).start()
+    try:
+        yield f"redis://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def test_a_busy_principal_is_admitted_in_batches(own_redis: str) -> None:
     """With a large limit most requests cost no round trip; the limit still holds."""
-    runtime = build_runtime(make_settings(redis_base, rate_limit=1000, rate_window_s=60))
+    runtime = build_runtime(make_settings(own_redis, rate_limit=1000, rate_window_s=60))
     limiter, redis = runtime.limits(), runtime.store.redis
 
     def scripts_run() -> int:
