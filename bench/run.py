@@ -24,7 +24,7 @@ import httpx
 import redis
 
 from tasks_backend.config import Settings
-from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.devtools.embedded import EmbeddedRedis, free_port, redis_server_binary
 from tasks_backend.service.runtime import Runtime, build_runtime
 
 from . import dispatch, fill, procs, protocols
@@ -89,9 +89,11 @@ def side_run(argv: list[str] | None, description: str | None, name: str) -> Side
 
 
 class Bench:
-    def __init__(self, plan: Plan, logs: Path) -> None:
+    def __init__(self, plan: Plan, logs: Path, redis_server: str | None = None) -> None:
+        """`redis_server`: the `redis-server` binary to run (default: the embedded one, see `devtools.embedded`)."""
         self.plan, self.logs = plan, logs
-        self.redis = EmbeddedRedis(appendonly=True, data_dir=str(logs / "redis")).start()
+        self.redis = EmbeddedRedis(appendonly=True, data_dir=str(logs / "redis"),
+                                   binary=redis_server or redis_server_binary()).start()
         base = f"redis://127.0.0.1:{self.redis.port}"
         self.token, self.ops_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
         common = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -106,6 +108,9 @@ class Bench:
         self.fastmcp_env = {**common, "BENCH_DOCKET_URL": f"{base}/2"}
         self.runtime: Runtime = build_runtime(Settings.from_env(self.product_env))
         self.db0 = redis.Redis(port=self.redis.port, db=0)
+        #: Which Redis both sides share, for the header: version and allocator.
+        self.redis_build = (f"Redis {self.db0.info('server')['redis_version']} "
+                            f"({self.db0.info('memory')['mem_allocator']})")
         # The AOF is rewritten only when `compact` asks, between rows (see there).
         self.db0.config_set("auto-aof-rewrite-percentage", 0)
         self.db1 = redis.Redis(port=self.redis.port, db=1)
@@ -466,13 +471,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short runs, small handle counts: under a minute")
     parser.add_argument("--only", nargs="*", choices=MEASURES, help="run only these measures")
+    parser.add_argument("--redis-server", metavar="PATH",
+                        help="the redis-server binary both sides share (default: the embedded one)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logs = ROOT / "bench" / "results" / stamp
     (logs / "redis").mkdir(parents=True)
     started = time.monotonic()
-    bench = Bench(plan, logs)
+    bench = Bench(plan, logs, args.redis_server)
     try:
         bench.up("product")
         bench.up("baseline")
@@ -482,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
     header = (f"tasks-backend benchmark, {'quick' if args.quick else 'full'} run {stamp}, "
-              f"{time.monotonic() - started:.0f} s; {machine()}")
+              f"{time.monotonic() - started:.0f} s; {machine()}; {bench.redis_build}")
     print(header)
     print(table(bench.rows))
     (logs / "table.md").write_text(header + "\n\n" + markdown(bench.rows) + "\n")
