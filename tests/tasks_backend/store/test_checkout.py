@@ -3,14 +3,17 @@ connection gets a fresh one; under gevent the check costs one system call, not a
 
 from __future__ import annotations
 
+import fcntl
 import json
+import resource
+import socket
 import subprocess
 import sys
 from typing import Any
 
 import redis
 
-from tasks_backend.store.connect import NativePackingConnection, connect
+from tasks_backend.store.connect import FD_SETSIZE, NativePackingConnection, connect
 from tests.conftest import wait_until
 from tests.support.procs import ROOT
 
@@ -59,6 +62,30 @@ def test_a_connection_with_a_reply_left_unread_reads_as_readable(redis_base: Any
     wait_until(conn.can_read, 5, message="the reply to arrive")
     assert conn.read_response() == "PONG"
     assert conn.can_read() is False
+
+
+def test_a_connection_past_selects_reach_is_checked_and_kept(redis_base: Any) -> None:
+    """A busy gevent web worker holds thousands of sockets, so a Redis connection may get a descriptor `select`
+    cannot take: it is checked as redis-py checks it, and handed out as it is rather than reconnected each time."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= FD_SETSIZE + 16:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4 * FD_SETSIZE), hard))
+    client = connect(f"{redis_base}/3")
+    conn = idle_connection(client)
+    low = conn._sock
+    # The same connection on a descriptor past select's reach: the connection and its reply parser use it.
+    high = fcntl.fcntl(low.fileno(), fcntl.F_DUPFD, FD_SETSIZE)  # the lowest free descriptor from there
+    conn._sock = conn._parser._sock = socket.socket(fileno=high)
+    low.close()
+    try:
+        assert high >= FD_SETSIZE
+        assert conn.can_read() is False
+        before = client.client_id()
+        assert client.client_id() == before
+        assert conn._sock.fileno() == high
+    finally:
+        client.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 GEVENT_CHECK = """
