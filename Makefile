@@ -41,4 +41,5 @@ lint: $(VENV)/.installed-embedded-test-dev
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .tasks-backend* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tasks-backend* .pytest_cache .mypy_cache .ruff_cache bench/.trees
+	-git worktree prune

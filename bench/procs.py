@@ -39,9 +39,10 @@ class Proc:
             os.killpg(self.popen.pid, signal.SIGKILL)
 
 
-def start(name: str, argv: Sequence[str], env: dict[str, str], logs: Path) -> Proc:
+def start(name: str, argv: Sequence[str], env: dict[str, str], logs: Path, cwd: Path = ROOT) -> Proc:
+    """`cwd`: the checkout the process runs in (another revision's, in `bench.revisions`)."""
     log = (logs / f"{name}.log").open("ab")
-    popen = subprocess.Popen(list(argv), env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    popen = subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     return Proc(name, popen)
 

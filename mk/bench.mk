@@ -9,7 +9,7 @@ BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "a2a-sdk[http-server,postg
 QUICK ?=
 BENCH_ARGS ?=
 
-.PHONY: bench bench-deps bench-hostile bench-scaling bench-schedules bench-tracing
+.PHONY: bench bench-deps bench-hostile bench-revisions bench-scaling bench-schedules bench-tracing
 
 bench: install bench-deps
 	$(PY) -m bench.run $(if $(QUICK),--quick) $(BENCH_ARGS)
@@ -42,6 +42,14 @@ $(BENCH_VENV)/.installed: mk/bench.mk
 # lateness p99 (targets 0, 0, <= 1 s); QUICK=1: 1,000 schedules for 30 s.
 bench-schedules: install
 	$(PY) -m bench.schedules $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+# Two revisions side by side in one run, every row NEW / OLD (about 15 minutes; QUICK=1 about 3): OLD=<commit>,
+# NEW=<commit> or this checkout as it is. Each revision is a worktree under bench/.trees, installed once.
+OLD ?=
+NEW ?=
+bench-revisions: install bench-deps
+	@test -n "$(OLD)" || { echo "bench-revisions: name the revision to compare against: OLD=<commit>"; exit 1; }
+	$(PY) -m bench.revisions $(OLD) $(NEW) $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 # Submits and polls with traces on (every request sampled, exported to an OTLP receiver on loopback) against off,
 # side by side (about 2 minutes; QUICK=1 under a minute): the traced submit keeps >= 0.8x.
