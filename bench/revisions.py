@@ -27,7 +27,9 @@ from pathlib import Path
 import httpx
 import redis
 
+from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
+from tasks_backend.store.keys import Keys
 
 from . import procs
 from .load import Load, Run
@@ -40,8 +42,9 @@ TREES = ROOT / "bench" / ".trees"
 SIDES = ("old", "new")
 #: The rows, in the order they run (`--only` picks some).
 ROWS = ("flow", "mcp_call", "a2a_send", "poll", "mcp_get", "a2a_get", "submit", "submit_idem", "runner")
-#: Broker queue of both sides (the default), and the key prefix their records are under.
-QUEUE, PREFIX = "tasks_backend", "tb"
+#: Both sides' broker queue and key prefix (the defaults); the dispatch gate's keys are named as this checkout names
+#: them (a revision without a gate has none).
+QUEUE, KEYS = Settings.queue, Keys(Settings.key_prefix)
 
 
 @dataclasses.dataclass
@@ -129,8 +132,7 @@ class Revisions:
     def queued(self, side: Side) -> int:
         """Jobs not yet taken: the broker list's, and those a dispatch gate holds (a revision that has one)."""
         db = self.db(side)
-        return int(db.llen(QUEUE)) + sum(int(db.zcard(f"{PREFIX}:{{gate:{QUEUE}}}:{part}"))
-                                         for part in ("ready", "delayed"))
+        return int(db.llen(QUEUE)) + sum(int(db.zcard(KEYS.gate(QUEUE, part))) for part in ("ready", "delayed"))
 
     def idle(self, side: Side, timeout_s: float = 120) -> None:
         """Until the side has nothing queued and nothing taken but unacknowledged."""
@@ -141,7 +143,7 @@ class Revisions:
     def purge(self) -> None:
         """Forget what submits left queued on both sides (no worker runs them in the submit rows)."""
         for side in self.sides.values():
-            self.db(side).delete(QUEUE, *(f"{PREFIX}:{{gate:{QUEUE}}}:{p}" for p in ("ready", "delayed", "flight")))
+            self.db(side).delete(QUEUE, *KEYS.gate_keys(QUEUE))
 
     def drained(self) -> None:
         for side in self.sides.values():
