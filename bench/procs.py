@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -95,3 +96,17 @@ def tree_cpu_seconds(pid: int) -> float:
             total += cpu_seconds(current)
         todo += children(current)
     return total
+
+
+def worker_cpu(main: int, redis_pid: int) -> dict[str, float]:
+    """CPU seconds used so far by a Celery worker's main process, its pool processes and the Redis server."""
+    return {"worker": cpu_seconds(main), "pool": sum(cpu_seconds(child) for child in children(main)),
+            "redis": cpu_seconds(redis_pid)}
+
+
+def command_calls(client: Any) -> dict[str, int]:
+    """Commands a Redis server has served since its start or last CONFIG RESETSTAT, by command (a script and each
+    call in it counted), leaving out the bench's own INFO and CONFIG."""
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()
+            if name not in ("cmdstat_config", "cmdstat_info")}
+

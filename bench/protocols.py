@@ -36,21 +36,41 @@ def mcp_flow(url: str, headers: dict[str, str]) -> Load:
                       "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
 
 
+
+#: A submit of the no-op job, as every HTTP row sends it.
+SUBMIT_BODY = json.dumps({"operation": "bench.noop", "params": {}})
+MCP_CALL = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
+MCP_CALL_HEADERS = {**MCP_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "bench.noop"}
+MCP_GET = rpc("tasks/get", {"taskId": "%s"})
+MCP_GET_HEADERS = {**MCP_HEADERS, "Mcp-Method": "tasks/get"}
+A2A_HEADERS = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+A2A_SEND = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+    "message": {"messageId": "bench-1", "role": "ROLE_USER",
+                "parts": [{"data": {"operation": "bench.noop", "params": {}}}]},
+    "configuration": {"returnImmediately": True}}})
+A2A_GET = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
+
+
+def http_flow(url: str, headers: dict[str, str]) -> Load:
+    """`POST /v1/jobs` of `bench.noop`, then `GET /v1/jobs/{id}` every 10 ms until it is completed; again."""
+    return Load(url, method="POST", path="/v1/jobs", body=SUBMIT_BODY,
+                headers={**headers, "Content-Type": "application/json"},
+                flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_PATH": "/v1/jobs/%s",
+                      "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"', "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
+
 def mcp(bench: Bench) -> None:
     bench.up("product-worker")
     bench.up("fastmcp")
     plan = dataclasses.replace(bench.plan, seconds=bench.plan.mcp_seconds)
-    call = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
-    call_headers = {**MCP_HEADERS, "Mcp-Method": "tools/call", "Mcp-Name": "bench.noop"}
-    ours_call = Load(bench.url["product"], method="POST", path="/mcp", body=call,
-                     headers={**call_headers, **bench.auth()})
-    theirs_call = Load(bench.url["fastmcp"], method="POST", path="/mcp", body=call, headers=call_headers)
+    ours_call = Load(bench.url["product"], method="POST", path="/mcp", body=MCP_CALL,
+                     headers={**MCP_CALL_HEADERS, **bench.auth()})
+    theirs_call = Load(bench.url["fastmcp"], method="POST", path="/mcp", body=MCP_CALL, headers=MCP_CALL_HEADERS)
     warm(bench.plan, ours_call, theirs_call)
     bench.rows.append(bench.paired("MCP tools/call -> task handle", "req/s", ">= 2.5x fastmcp-tasks 4.1.4", 2.5,
                                    plan, fixed(ours_call, plan), fixed(theirs_call, plan),
                                    lambda r: r.rps, settle=bench.drain_product))
-    get = Load(bench.url["product"], method="POST", path="/mcp", body=rpc("tasks/get", {"taskId": "%s"}),
-               headers={**MCP_HEADERS, "Mcp-Method": "tasks/get", **bench.auth()}, ids=bench.poll_ids())
+    get = Load(bench.url["product"], method="POST", path="/mcp", body=MCP_GET,
+               headers={**MCP_GET_HEADERS, **bench.auth()}, ids=bench.poll_ids())
     protocol_rows(bench, "MCP tools/call", ours_call, "MCP tasks/get", get)
     # The calls above leave a backlog of queued jobs on both sides; the end-to-end flow must not wait
     # behind it.
@@ -71,11 +91,7 @@ def a2a(bench: Bench) -> None:
     baseline's from PostgreSQL, or from each process's memory (every process holds the same seeded tasks)."""
     bench.up("product-worker")
     bench.up("a2a-sdk-pg")
-    headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
-    message = {"messageId": "bench-1", "role": "ROLE_USER",
-               "parts": [{"data": {"operation": "bench.noop", "params": {}}}]}
-    send = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                       "params": {"message": message, "configuration": {"returnImmediately": True}}})
+    headers, send = A2A_HEADERS, A2A_SEND
     send_ours = Load(bench.url["product"], method="POST", path="/a2a", body=send,
                      headers={**headers, **bench.auth()})
     theirs = Load(bench.url["a2a-sdk-pg"], method="POST", path="/a2a", body=send, headers=headers)
@@ -85,7 +101,7 @@ def a2a(bench: Bench) -> None:
                                    fixed(send_ours, bench.plan), fixed(theirs, bench.plan), lambda r: r.rps,
                                    settle=bench.drain_product))
     bench.purge_queues()
-    get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
+    get = A2A_GET
     get_ours = Load(bench.url["product"], method="POST", path="/a2a", body=get,
                     headers={**headers, **bench.auth()}, ids=bench.poll_ids())
     seeded = bench.write_ids("a2a-sdk", seeded_ids())
@@ -103,8 +119,7 @@ def a2a(bench: Bench) -> None:
 def protocol_rows(bench: Bench, submit_name: str, submit: Load, poll_name: str, poll: Load) -> None:
     """A protocol's submit and poll against the product's own HTTP submit and poll, in the same run and
     through the same entrance: what the protocol layer costs (target: >= 0.9x each)."""
-    body = json.dumps({"operation": "bench.noop", "params": {}})
-    http_submit = Load(bench.url["product"], method="POST", path="/v1/jobs", body=body,
+    http_submit = Load(bench.url["product"], method="POST", path="/v1/jobs", body=SUBMIT_BODY,
                        headers={**bench.auth(), "Content-Type": "application/json"})
     http_poll = Load(bench.url["product"], path="/v1/jobs/%s", headers=bench.auth(), ids=bench.poll_ids())
     warm(bench.plan, submit, http_submit)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import secrets
 import subprocess
@@ -34,7 +33,17 @@ from tasks_backend.store.keys import Keys
 from . import procs
 from .load import Load, Run
 from .measures import Meter, Plan, Row, cpu_note, drain_rate, fixed, flow, median, median_interval, paired, warm
-from .protocols import MCP_HEADERS, rpc
+from .protocols import (
+    A2A_GET,
+    A2A_HEADERS,
+    A2A_SEND,
+    MCP_CALL,
+    MCP_CALL_HEADERS,
+    MCP_GET,
+    MCP_GET_HEADERS,
+    SUBMIT_BODY,
+    http_flow,
+)
 from .report import save
 from .run import FULL, QUICK, ROOT, WEB_WORKERS, machine
 
@@ -150,9 +159,9 @@ class Revisions:
             self.idle(side)
 
     def submit_many(self, side: Side, n: int) -> list[str]:
-        body = {"operation": "bench.noop", "params": {}}
-        with httpx.Client(base_url=side.url, headers=self.auth(), timeout=30) as client, ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(lambda _: client.post("/v1/jobs", json=body), range(n)))
+        headers = {**self.auth(), "Content-Type": "application/json"}
+        with httpx.Client(base_url=side.url, headers=headers, timeout=30) as client, ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: client.post("/v1/jobs", content=SUBMIT_BODY), range(n)))
         for answer in answers:
             answer.raise_for_status()
         return [a.json()["taskId"] for a in answers]
@@ -188,28 +197,17 @@ class Revisions:
                 side.poll_ids = self.logs / f"poll-{side.name}.ids"
                 side.poll_ids.write_text("\n".join(ids) + "\n")
         json_headers = {**self.auth(), "Content-Type": "application/json"}
-        body = json.dumps({"operation": "bench.noop", "params": {}})
+        a2a_headers = {**A2A_HEADERS, **self.auth()}
         # Rows that create jobs, each side's worker running them.
         self.pair("flow", "submit, run, poll to done (HTTP)", "jobs/s",
-                  self.loads(lambda s: Load(s.url, method="POST", path="/v1/jobs", body=body, headers=json_headers,
-                                            flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_PATH": "/v1/jobs/%s",
-                                                  "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
-                                                  "BENCH_DONE_PATTERN": '"status":%s*"completed"'})),
+                  self.loads(lambda s: http_flow(s.url, self.auth())),
                   lambda r: r.jobs_per_s, runner=flow, settle=self.drained)
-        call = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
-        mcp_headers = {**MCP_HEADERS, **self.auth()}
         self.pair("mcp_call", "MCP tools/call -> task handle", "req/s",
-                  self.loads(lambda s: Load(s.url, method="POST", path="/mcp", body=call,
-                                            headers={**mcp_headers, "Mcp-Method": "tools/call",
-                                                     "Mcp-Name": "bench.noop"})),
+                  self.loads(lambda s: Load(s.url, method="POST", path="/mcp", body=MCP_CALL,
+                                            headers={**MCP_CALL_HEADERS, **self.auth()})),
                   lambda r: r.rps, settle=self.drained)
-        a2a_headers = {**json_headers, "A2A-Version": "1.0"}
-        message = {"messageId": "bench-1", "role": "ROLE_USER",
-                   "parts": [{"data": {"operation": "bench.noop", "params": {}}}]}
-        send = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                           "params": {"message": message, "configuration": {"returnImmediately": True}}})
         self.pair("a2a_send", "A2A SendMessage (returnImmediately)", "req/s",
-                  self.loads(lambda s: Load(s.url, method="POST", path="/a2a", body=send, headers=a2a_headers)),
+                  self.loads(lambda s: Load(s.url, method="POST", path="/a2a", body=A2A_SEND, headers=a2a_headers)),
                   lambda r: r.rps, settle=self.drained)
         for side in (old, new):
             self.idle(side)
@@ -219,15 +217,15 @@ class Revisions:
                   self.loads(lambda s: Load(s.url, path="/v1/jobs/%s", headers=self.auth(), ids=s.poll_ids)),
                   lambda r: r.rps)
         self.pair("mcp_get", "MCP tasks/get", "req/s",
-                  self.loads(lambda s: Load(s.url, method="POST", path="/mcp", body=rpc("tasks/get", {"taskId": "%s"}),
-                                            headers={**mcp_headers, "Mcp-Method": "tasks/get"}, ids=s.poll_ids)),
+                  self.loads(lambda s: Load(s.url, method="POST", path="/mcp", body=MCP_GET,
+                                            headers={**MCP_GET_HEADERS, **self.auth()}, ids=s.poll_ids)),
                   lambda r: r.rps)
-        get = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "%s"}})
         self.pair("a2a_get", "A2A GetTask", "req/s",
-                  self.loads(lambda s: Load(s.url, method="POST", path="/a2a", body=get, headers=a2a_headers,
+                  self.loads(lambda s: Load(s.url, method="POST", path="/a2a", body=A2A_GET, headers=a2a_headers,
                                             ids=s.poll_ids)),
                   lambda r: r.rps)
-        submit = self.loads(lambda s: Load(s.url, method="POST", path="/v1/jobs", body=body, headers=json_headers))
+        submit = self.loads(lambda s: Load(s.url, method="POST", path="/v1/jobs", body=SUBMIT_BODY,
+                                           headers=json_headers))
         self.pair("submit", "submit POST /v1/jobs", "req/s", submit, lambda r: r.rps, settle=self.purge)
         self.pair("submit_idem", "submit POST /v1/jobs with an Idempotency-Key", "req/s",
                   {name: dataclasses.replace(load, unique_header="Idempotency-Key") for name, load in submit.items()},
@@ -273,15 +271,11 @@ class Revisions:
 
     def redis_commands(self) -> int:
         """Commands Redis has served since it started (a script and each call in it counted)."""
-        stats = redis.Redis(port=self.redis.port).info("commandstats")
-        return sum(int(v["calls"]) for name, v in stats.items() if name not in ("cmdstat_info", "cmdstat_config"))
+        return sum(procs.command_calls(redis.Redis(port=self.redis.port)).values())
 
     def cpu(self, side: Side) -> dict[str, float]:
         assert side.worker is not None and self.redis.process is not None
-        main = side.worker.popen.pid
-        return {"worker": procs.cpu_seconds(main),
-                "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
-                "redis": procs.cpu_seconds(self.redis.process.pid)}
+        return procs.worker_cpu(side.worker.popen.pid, self.redis.process.pid)
 
 
 def main(argv: list[str] | None = None) -> int:

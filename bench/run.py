@@ -46,7 +46,7 @@ from .measures import (
     warm,
 )
 from .postgres import Postgres
-from .protocols import mcp_flow
+from .protocols import SUBMIT_BODY, http_flow, mcp_flow
 from .report import markdown, table
 
 ROOT = procs.ROOT
@@ -218,8 +218,7 @@ class Bench:
                                      fixed(ours, self.plan), fixed(theirs, self.plan), lambda r: r.rps))
 
     def submit(self) -> None:
-        body = json.dumps({"operation": "bench.noop", "params": {}})
-        ours = Load(self.url["product"], method="POST", path="/v1/jobs", body=body,
+        ours = Load(self.url["product"], method="POST", path="/v1/jobs", body=SUBMIT_BODY,
                     headers={**self.auth(), "Content-Type": "application/json"})
         theirs = Load(self.url["baseline"], method="POST", path="/jobs")
         warm(self.plan, ours, theirs)
@@ -281,17 +280,12 @@ class Bench:
     def redis_calls(self, jobs: int) -> dict[str, float]:
         """Redis commands per job since the last CONFIG RESETSTAT, by command (Redis counts a script's
         own calls too)."""
-        stats = self.db0.info("commandstats")
-        return {name.removeprefix("cmdstat_"): int(v["calls"]) / jobs for name, v in stats.items()
-                if name not in ("cmdstat_config", "cmdstat_info")}
+        return {name: calls / jobs for name, calls in procs.command_calls(self.db0).items()}
 
     def cpu(self, worker: str) -> dict[str, float]:
         """CPU seconds used so far by a worker's main process, its pool processes and the Redis server."""
-        main = self.running[worker].popen.pid
         assert self.redis.process is not None
-        return {"worker": procs.cpu_seconds(main),
-                "pool": sum(procs.cpu_seconds(child) for child in procs.children(main)),
-                "redis": procs.cpu_seconds(self.redis.process.pid)}
+        return procs.worker_cpu(self.running[worker].popen.pid, self.redis.process.pid)
 
     def paired(self, *args: Any, **kwargs: Any) -> Row:
         """`measures.paired` with this bench's meter (every row alternating two loads gives each side's profile),
@@ -342,14 +336,10 @@ class Bench:
         self.up("product-worker")
         self.up("baseline-worker")
         self.latency()
-        body = json.dumps({"operation": "bench.noop", "params": {}})
-        delay = {"BENCH_POLL_DELAY_MS": "10"}
-        ours = Load(self.url["product"], method="POST", path="/v1/jobs", body=body,
-                    headers={**self.auth(), "Content-Type": "application/json"},
-                    flow={**delay, "BENCH_POLL_PATH": "/v1/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
-                          "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
+        ours = http_flow(self.url["product"], self.auth())
         theirs = Load(self.url["baseline"], method="POST", path="/jobs",
-                      flow={**delay, "BENCH_POLL_PATH": "/jobs/%s", "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
+                      flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_PATH": "/jobs/%s",
+                            "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"',
                             "BENCH_DONE_PATTERN": '"status":%s*"SUCCESS"'})
         warm(self.plan, ours, theirs)
         self.rows.append(self.paired("submit, run, poll to done (HTTP)", "jobs/s", ">= 1.2x bare route + bare Celery",

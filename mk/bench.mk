@@ -43,7 +43,7 @@ $(BENCH_VENV)/.installed: mk/bench.mk
 bench-schedules: install
 	$(PY) -m bench.schedules $(if $(QUICK),--quick) $(BENCH_ARGS)
 
-# Two revisions side by side in one run, every row NEW / OLD (about 15 minutes; QUICK=1 about 3): OLD=<commit>,
+# Two revisions side by side in one run, every row NEW / OLD (about 13 minutes; QUICK=1 about a minute): OLD=<commit>,
 # NEW=<commit> or this checkout as it is. Each revision is a worktree under bench/.trees, installed once.
 OLD ?=
 NEW ?=
