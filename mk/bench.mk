@@ -1,11 +1,11 @@
 # `make bench` (full run, about 30 minutes on 2 cores) and `make bench QUICK=1` (a smoke run, under a minute).
 # It starts its own Redis, gunicorn and workers; the load generator is wrk (Debian's package). The
 # fastmcp baseline server needs fastmcp + fastmcp-tasks 4.1.4, which cannot share the product's
-# environment, so it gets its own, built once: rebuilt only when these rules change. The A2A baseline
-# (a2a-sdk 1.3.0 under uvicorn workers, with its database task store on PostgreSQL, which the bench starts
+# environment, so it gets its own, built once: rebuilt only when its pins (`BENCH_PINS`) change. The A2A
+# baseline (a2a-sdk 1.3.0 under uvicorn workers, with its database task store on PostgreSQL, which the bench starts
 # from Debian's `postgresql` package, and with its in-memory store) lives there too.
 BENCH_VENV ?= .venv-bench
-BENCH_PINS := "fastmcp==4.1.4" "fastmcp-tasks==4.1.4" "a2a-sdk[http-server,postgresql]==1.3.0" "gunicorn>=23,<28" "uvicorn-worker>=0.3" "py-spy>=0.4"
+BENCH_PINS := bench/baselines/requirements.txt
 QUICK ?=
 BENCH_ARGS ?=
 
@@ -32,10 +32,10 @@ bench-deps: $(BENCH_VENV)/.installed
 		{ command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; } || \
 		{ echo "bench: PostgreSQL is needed (apt-get install postgresql)"; exit 1; }
 
-$(BENCH_VENV)/.installed: mk/bench.mk
+$(BENCH_VENV)/.installed: $(BENCH_PINS)
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q $(BENCH_PINS)
+	$(BENCH_VENV)/bin/python -m pip install -q -r $(BENCH_PINS)
 	touch $@
 
 # 10,000 schedules of everySeconds 60 ticked by two sweepers for 3 minutes: duplicates, missed ticks, tick
