@@ -109,4 +109,3 @@ def command_calls(client: Any) -> dict[str, int]:
     call in it counted), leaving out the bench's own INFO and CONFIG."""
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()
             if name not in ("cmdstat_config", "cmdstat_info")}
-

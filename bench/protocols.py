@@ -36,7 +36,6 @@ def mcp_flow(url: str, headers: dict[str, str]) -> Load:
                       "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
 
 
-
 #: A submit of the no-op job, as every HTTP row sends it.
 SUBMIT_BODY = json.dumps({"operation": "bench.noop", "params": {}})
 MCP_CALL = rpc("tools/call", {"name": "bench.noop", "arguments": {}})
@@ -57,6 +56,7 @@ def http_flow(url: str, headers: dict[str, str]) -> Load:
                 headers={**headers, "Content-Type": "application/json"},
                 flow={"BENCH_POLL_DELAY_MS": "10", "BENCH_POLL_PATH": "/v1/jobs/%s",
                       "BENCH_ID_PATTERN": '"taskId":%s*"([^"]+)"', "BENCH_DONE_PATTERN": '"status":%s*"completed"'})
+
 
 def mcp(bench: Bench) -> None:
     bench.up("product-worker")

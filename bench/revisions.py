@@ -30,7 +30,7 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port
 from tasks_backend.store.keys import Keys
 
-from . import procs
+from . import procs, queues
 from .load import Load, Run
 from .measures import Meter, Plan, Row, cpu_note, drain_rate, fixed, flow, median, median_interval, paired, warm
 from .protocols import (
@@ -96,6 +96,9 @@ class Revisions:
         self.only = set(only)
         self.plan, self.logs = plan, logs
         self.redis = EmbeddedRedis(appendonly=True, data_dir=str(logs / "redis")).start()
+        # One client per database, made once: the drains read a side's queues every few milliseconds, and a client
+        # made per reading would connect anew each time, inside the measured window.
+        self.clients = {db: redis.Redis(port=self.redis.port, db=db) for db in {0, old.db, new.db}}
         self.token = secrets.token_urlsafe(16)
         self.rows: list[Row] = []
 
@@ -132,27 +135,24 @@ class Revisions:
             self.down_worker(side)
             if side.web is not None:
                 side.web.stop()
+        for client in self.clients.values():
+            client.close()
         self.redis.stop()
 
     def db(self, side: Side) -> redis.Redis:
-        return redis.Redis(port=self.redis.port, db=side.db)
+        return self.clients[side.db]
 
     # -- queues ------------------------------------------------------------------------
     def queued(self, side: Side) -> int:
-        """Jobs not yet taken: the broker list's, and those a dispatch gate holds (a revision that has one)."""
-        db = self.db(side)
-        return int(db.llen(QUEUE)) + sum(int(db.zcard(KEYS.gate(QUEUE, part))) for part in ("ready", "delayed"))
+        return queues.queued(self.db(side), QUEUE, KEYS)
 
-    def idle(self, side: Side, timeout_s: float = 120) -> None:
-        """Until the side has nothing queued and nothing taken but unacknowledged."""
-        db, deadline = self.db(side), time.monotonic() + timeout_s
-        while (self.queued(side) or db.hlen("unacked")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def idle(self, side: Side) -> None:
+        queues.wait_idle(self.db(side), QUEUE, KEYS)
 
     def purge(self) -> None:
         """Forget what submits left queued on both sides (no worker runs them in the submit rows)."""
         for side in self.sides.values():
-            self.db(side).delete(QUEUE, *KEYS.gate_keys(QUEUE))
+            queues.purge(self.db(side), QUEUE, KEYS)
 
     def drained(self) -> None:
         for side in self.sides.values():
@@ -271,7 +271,7 @@ class Revisions:
 
     def redis_commands(self) -> int:
         """Commands Redis has served since it started (a script and each call in it counted)."""
-        return sum(procs.command_calls(redis.Redis(port=self.redis.port)).values())
+        return sum(procs.command_calls(self.clients[0]).values())
 
     def cpu(self, side: Side) -> dict[str, float]:
         assert side.worker is not None and self.redis.process is not None

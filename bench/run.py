@@ -27,7 +27,7 @@ from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, free_port, redis_server_binary
 from tasks_backend.service.runtime import Runtime, build_runtime
 
-from . import dispatch, fill, procs, protocols
+from . import dispatch, fill, procs, protocols, queues
 from .baselines.celery_bare import QUEUE as BARE_QUEUE
 from .load import Load
 from .measures import (
@@ -205,7 +205,7 @@ class Bench:
 
     def purge_queues(self) -> None:
         """Forget what submits left queued (no worker runs them here): the broker queues and the dispatch gate."""
-        self.db0.delete(self.runtime.settings.queue, *self.runtime.store.keys.gate_keys(self.runtime.settings.queue))
+        queues.purge(self.db0, self.runtime.settings.queue, self.runtime.store.keys)
         self.db1.delete(BARE_QUEUE)
 
     # -- measures ----------------------------------------------------------------------
@@ -313,15 +313,12 @@ class Bench:
         return round(sum(self.redis_calls(1).values()))
 
     def queue_length(self, db: redis.Redis, queue: str) -> int:
-        """Jobs not yet taken: the broker queue's, and those the dispatch gate holds (none on the baseline's)."""
-        keys = self.runtime.store.keys
-        return int(db.llen(queue)) + sum(int(db.zcard(keys.gate(self.runtime.settings.queue, part)))
-                                         for part in ("ready", "delayed"))
+        """Jobs not yet taken: the broker queue's, and those the product's dispatch gate holds (none on the
+        baseline's database)."""
+        return queues.queued(db, queue, self.runtime.store.keys, self.runtime.settings.queue)
 
     def wait_empty(self, db: redis.Redis, queue: str, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while (self.queue_length(db, queue) or db.hlen("unacked")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        queues.wait_idle(db, queue, self.runtime.store.keys, self.runtime.settings.queue, timeout_s)
 
     def dispatch(self) -> None:
         dispatch.measure(self)
