@@ -40,6 +40,7 @@ def runner(bench: Bench) -> None:
     rates: dict[str, list[float]] = {name: [] for name in services}
     cpu: dict[str, list[dict[str, float]]] = {name: [] for name in services}
     calls: dict[str, list[dict[str, float]]] = {name: [] for name in services}
+    scripts: dict[str, list[float]] = {name: [] for name in services}
     queue, db = bench.runtime.settings.queue, bench.db0
     bench.compact()
     for rep in range(reps):
@@ -54,6 +55,7 @@ def runner(bench: Bench) -> None:
             cpu[worker].append(per_job)
             bench.wait_empty(db, queue)
             calls[worker].append(bench.redis_calls(n))
+            scripts[worker].append(bench.redis_script_us(n))
             bench.down(worker)
     on, fair_off = rates["product-worker"], rates["product-worker-fair-off"]
     ratios = [a / b for a, b in zip(on, fair_off, strict=True)]
@@ -64,6 +66,8 @@ def runner(bench: Bench) -> None:
                           note="CPU us per job, worker main/pool/Redis: "
                                + "; ".join(cpu_note(cpu[side]) for side in sides)
                                + ". Redis commands per job (the drain's own polling included): "
-                               + "; ".join(calls_note(calls[side]) for side in sides),
+                               + "; ".join(calls_note(calls[side]) for side in sides)
+                               + ". Redis us per job inside scripts, by its clock: "
+                               + "; ".join(f"{median(scripts[side]):.0f}" for side in sides),
                           samples={"on": on, "off": fair_off, "ratio": ratios, "cpu_s_per_job": cpu,
-                                   "redis_calls_per_job": calls}))
+                                   "redis_calls_per_job": calls, "redis_script_us_per_job": scripts}))

@@ -109,3 +109,10 @@ def command_calls(client: Any) -> dict[str, int]:
     call in it counted), leaving out the bench's own INFO and CONFIG."""
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in client.info("commandstats").items()
             if name not in ("cmdstat_config", "cmdstat_info")}
+
+
+def script_usec(client: Any) -> float:
+    """Microseconds Redis spent running scripts since its start or last CONFIG RESETSTAT, by its own clock (a
+    script's whole call, its commands included; wall time, so a script preempted by the kernel counts its wait)."""
+    stats = client.info("commandstats")
+    return float(sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("eval", "evalsha")))

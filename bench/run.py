@@ -282,6 +282,10 @@ class Bench:
         own calls too)."""
         return {name: calls / jobs for name, calls in procs.command_calls(self.db0).items()}
 
+    def redis_script_us(self, jobs: int) -> float:
+        """Microseconds per job Redis spent in scripts since the last CONFIG RESETSTAT (`procs.script_usec`)."""
+        return procs.script_usec(self.db0) / jobs
+
     def cpu(self, worker: str) -> dict[str, float]:
         """CPU seconds used so far by a worker's main process, its pool processes and the Redis server."""
         assert self.redis.process is not None
@@ -460,8 +464,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", choices=MEASURES, help="run only these measures")
     parser.add_argument("--redis-server", metavar="PATH",
                         help="the redis-server binary both sides share (default: the embedded one)")
+    parser.add_argument("--runner-reps", type=int, metavar="N",
+                        help="alternations of the runner rows (default 3, quick 1; the gate's row takes twice as "
+                             "many pairs of half the jobs): more pairs where a machine's speed drifts")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.runner_reps:
+        plan = dataclasses.replace(plan, runner_reps=args.runner_reps)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logs = ROOT / "bench" / "results" / stamp
     (logs / "redis").mkdir(parents=True)
