@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -60,7 +60,12 @@ class ScheduleSpec:
             return anchor_ms + ((t_ms - anchor_ms) // period + 1) * period
         assert self.cron is not None
         start = datetime.fromtimestamp(t_ms / 1000, ZoneInfo(self.timezone))
-        return _ms(next(CronSim(self.cron, start)))
+        # From the second pass through an hour the clocks repeat, cronsim can answer a fixed time's first pass
+        # (before `t_ms`): the next one after it is the tick.
+        for moment in CronSim(self.cron, start):
+            if (t := _ms(moment)) > t_ms:
+                return t
+        raise AssertionError("a cron expression's ticks never end")
 
     def ticks_up_to(self, now_ms: int, since_ms: int, anchor_ms: int, limit: int) -> list[int]:
         """The latest `limit` ticks in [since_ms, now_ms], newest first."""
@@ -72,7 +77,9 @@ class ScheduleSpec:
             return [t for t in range(last, since_ms - 1, -period)][:limit]
         assert self.cron is not None
         out: list[int] = []
-        start = datetime.fromtimestamp(now_ms / 1000, ZoneInfo(self.timezone)) + timedelta(seconds=1)
+        # The second added before the time is made local: added after, it would drop the `fold` of an hour the
+        # clocks repeat, and the search would start an hour early.
+        start = datetime.fromtimestamp(now_ms / 1000 + 1, ZoneInfo(self.timezone))
         for moment in CronSim(self.cron, start, reverse=True):
             t = _ms(moment)
             if t < since_ms or len(out) == limit:

@@ -21,6 +21,32 @@ def test_cron_ticks_follow_the_wall_clock_of_the_time_zone_across_daylight_savin
     assert skipped.next_after(ms("2026-03-28T12:00:00"), 0) == ms("2026-03-29T01:00:00")
 
 
+def test_every_tick_of_the_hour_the_clocks_repeat_makes_its_job() -> None:
+    # 2025-10-26 in Paris: 02:00 to 02:59 local comes twice, 00:00-00:59 UTC (summer time), then 01:00-01:59 UTC.
+    every5 = ScheduleSpec("five", "op", cron="*/5 * * * *", timezone="Europe/Paris")
+    tick = ms("2025-10-26T00:00:00")
+    while tick < ms("2025-10-26T02:30:00"):  # each tick seen on time: its job, and on to the next
+        assert plan(every5, tick, tick + 300, 0, paused=False) == ([tick], tick + 300_000)
+        tick += 300_000
+    # A ticker back after a stop within the second pass catches up from where it was.
+    assert every5.ticks_up_to(ms("2025-10-26T01:12:00"), ms("2025-10-26T00:50:00"), 0, 10) == [
+        ms(f"2025-10-26T{t}:00") for t in ("01:10", "01:05", "01:00", "00:55", "00:50")]
+    hourly = ScheduleSpec("hourly", "op", cron="0 * * * *", timezone="America/New_York")
+    six = ms("2025-11-02T06:00:00")  # 01:00 local, its second pass
+    assert plan(hourly, six, six + 300, 0, paused=False) == ([six], ms("2025-11-02T07:00:00"))
+
+
+def test_a_fixed_time_in_the_hour_the_clocks_repeat_runs_once_and_is_never_in_the_past() -> None:
+    nightly = ScheduleSpec("night", "op", cron="30 2 * * *", timezone="Europe/Paris")
+    first, tomorrow = ms("2025-10-26T00:30:00"), ms("2025-10-27T01:30:00")
+    assert nightly.next_after(ms("2025-10-26T00:10:00"), 0) == first
+    # From within the second pass (02:10 local again), the next tick is tomorrow's, not this morning's first.
+    assert nightly.next_after(ms("2025-10-26T01:10:00"), 0) == tomorrow
+    assert plan(nightly, tomorrow, ms("2025-10-26T01:10:00"), 0, paused=False) == ([], tomorrow)
+    # A ticker stopped across both passes finds one tick for the night, not two.
+    assert nightly.ticks_up_to(ms("2025-10-26T01:50:00"), ms("2025-10-25T12:00:00"), 0, 10) == [first]
+
+
 def test_every_seconds_ticks_count_from_the_anchor() -> None:
     spec = ScheduleSpec("e", "op", every_s=10)
     assert spec.next_after(1_000, 1_000) == 11_000
