@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import BadRequest, IdempotencyConflict
 from ..model.schedules import Schedule, plan
 from ..store.schedules import ScheduleStore
 from .loops import repeat
@@ -78,20 +79,34 @@ class Ticker:
             elif ok:
                 settle.append((schedule.owner, schedule.name, leased, next_ms))
             # else: changed since read (another ticker, a pause, a new definition); its writer set its entry
-        made: list[tuple[Schedule, tuple[int, ...], list[str]]] = []
+        made: list[tuple[Schedule, tuple[int, ...], list[tuple[str, int]]]] = []
         for schedule, pending in work:
             try:
-                made.append((schedule, pending, [self.fire(schedule, tick) for tick in pending]))
+                made.append((schedule, pending, self._fire_all(schedule, pending)))
             except Exception as exc:  # left pending: the entry's lease lapses and a pass tries again
                 log.warning("schedule %r of %r: job not made (%s)", schedule.name, schedule.owner, exc)
                 done.failed.append(schedule.name)
-        for (schedule, _, job_ids), following in zip(made, self.store.finish_many(made), strict=True):
-            done.jobs += len(job_ids)
+        for (schedule, _, jobs), following in zip(made, self.store.finish_many(made), strict=True):
+            done.jobs += len(jobs)
             if following is not None:
                 settle.append((schedule.owner, schedule.name, leased, following))
         self.store.settle(settle)
         if settle:
             done.next_due_ms = min([t for *_, t in settle if t is not None] + [done.next_due_ms or 2**62])
+
+    def _fire_all(self, schedule: Schedule, pending: tuple[int, ...]) -> list[tuple[str, int]]:
+        """(job id, tick) of each pending tick's job. A tick whose job can never be made (the operation is gone,
+        or the schedule's params no longer pass its checks: the caller's definition, not a passing fault) gets
+        none and is let go, so that the schedule goes on to its next ticks; any other failure raises, and the
+        ticks stay pending for the next pass."""
+        jobs = []
+        for tick in pending:
+            try:
+                jobs.append((self.fire(schedule, tick), tick))
+            except (BadRequest, IdempotencyConflict) as exc:
+                log.error("schedule %r of %r: the tick of %d gets no job, and the schedule goes on: %s",
+                          schedule.name, schedule.owner, tick, exc)
+        return jobs
 
     def wait_s(self, last: Pass) -> float:
         """How long to sleep after a pass: until the earliest due entry, at most `max_wait_s` (a schedule

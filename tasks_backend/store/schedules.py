@@ -187,7 +187,7 @@ class ScheduleStore:
     def take_due(self, limit: int, lease_ms: int) -> tuple[int, int | None, list[tuple[str, str]]]:
         """(Redis now, the earliest entry left or None, (owner, name) of up to `limit` schedules due now),
         each taken for `lease_ms`."""
-        reply = self.scripts.call("schedules.take", [self.keys.schedules_due()], limit, lease_ms)
+        reply = self.scripts.call("schedules.take", [self.keys.schedules_due()], limit, lease_ms, self.ttl_ms)
         now, first = int(reply[0]), (int(float(reply[1])) if reply[1] else None)
         return now, first, [parse_member(str(m)) for m in reply[2:]]
 
@@ -202,14 +202,16 @@ class ScheduleStore:
 
         return [r == "ok" for r in self.scripts.run(build)] if claims else []
 
-    def finish_many(self, done: Sequence[tuple[Schedule, Sequence[int], Sequence[str]]]) -> list[int | None]:
-        """Record the jobs made for each schedule's pending ticks and write each one's job hash's schedule
-        name; the next run of each, or None where the schedule changed meanwhile (one round trip)."""
+    def finish_many(self, done: Sequence[tuple[Schedule, Sequence[int], Sequence[tuple[str, int]]]]
+                    ) -> list[int | None]:
+        """Record the (job id, tick) of the jobs made for each schedule's pending ticks (a tick let go has none)
+        and write each one's job hash's schedule name; the next run of each, or None where the schedule changed
+        meanwhile (one round trip)."""
         def build(p: Any) -> None:
-            for s, ticks, job_ids in done:
-                for job_id in job_ids:
+            for s, ticks, jobs in done:
+                for job_id, _ in jobs:
                     self.scripts.queue(p, "schedules.mark_job", [self.keys.job(job_id)], s.name)
-                pairs = [x for job_id, tick in zip(job_ids, ticks, strict=True) for x in (job_id, tick)]
+                pairs = [x for job_id, tick in jobs for x in (job_id, tick)]
                 self.scripts.queue(p, "schedules.finish", [self.keys.schedule(s.owner, s.name),
                                                            self.keys.schedule_jobs(s.owner, s.name)],
                                    s.generation, ",".join(map(str, ticks)), self.ttl_ms, *pairs)
@@ -218,8 +220,8 @@ class ScheduleStore:
             return []
         replies = iter(self.scripts.run(build))
         out: list[int | None] = []
-        for _, _, job_ids in done:
-            for _ in job_ids:
+        for _, _, jobs in done:
+            for _ in jobs:
                 next(replies)
             reply = next(replies)
             out.append(None if reply == "changed" else int(reply))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tasks_backend.errors import UnknownOperation
 from tasks_backend.model.schedules import Schedule
 from tasks_backend.running.ticker import Pass, Ticker
 from tasks_backend.service.runtime import Runtime, build_runtime
@@ -99,6 +100,39 @@ def test_a_pass_that_dies_after_making_a_job_leaves_the_next_pass_to_finish_the_
     wait_until(lambda: len(ticks_made(service, "alice", "crashy")) >= 3 or healthy.tick_once() is None,
                timeout=5, message="more ticks")
     assert_one_job_per_tick(service, "alice", "crashy", 1000)
+
+
+def test_a_tick_whose_job_can_never_be_made_is_let_go_and_the_schedule_goes_on(own: Runtime) -> None:
+    service = own.schedules()
+    service.define("alice", {"name": "gone", "operation": "test.noop", "everySeconds": 1, "catchUp": "all"})
+    refused: list[int] = []
+
+    def fire(schedule: Schedule, tick: int) -> str:
+        if not refused or tick == refused[0]:  # the first tick's job is refused every time it is tried
+            refused.append(tick)
+            raise UnknownOperation("the operation is no longer registered")
+        return service.fire(schedule, tick)
+
+    ticker = Ticker(service.store, fire, lease_ms=300)
+    wait_until(lambda: ticker.tick_once() and len(ticks_made(service, "alice", "gone")) >= 2,
+               timeout=6, message="the ticks after the refused one")
+    assert set(refused) == {refused[0]} and len(refused) == 1  # let go at once, not tried again
+    made = ticks_made(service, "alice", "gone")
+    assert refused[0] not in made and min(made) > refused[0]
+    assert not service.get("alice", "gone").pending
+
+
+def test_the_ticker_keeps_the_due_set_alive(own: Runtime) -> None:
+    """Only a definition or a resume set the due set's TTL: schedules that tick on for longer, with neither,
+    would stop when it lapsed. The ticker's passes renew it once half of it is gone."""
+    service = own.schedules()
+    service.define("alice", {"name": "long", "operation": "test.noop", "everySeconds": 3600})
+    due = own.store.keys.schedules_due()
+    own.store.redis.pexpire(due, 1000)  # as if the last definition were nearly a TTL ago
+    service.ticker().tick_once()
+    assert own.store.redis.pttl(due) > own.store.max_ttl_ms // 2
+    service.ticker().tick_once()  # and, renewed, it is not written again at every pass
+    assert own.store.redis.pttl(due) > own.store.max_ttl_ms // 2
 
 
 def test_catch_up_after_a_ten_second_stop(own: Runtime) -> None:

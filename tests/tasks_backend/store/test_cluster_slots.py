@@ -211,7 +211,7 @@ def schedule_life(runtime: Runtime, owner: str, job_id: str) -> None:
     assert schedules.claim_many([(made, [made.next_ms], made.next_ms + 1000)]) == [True]
     claimed = schedules.get(owner, "slots")
     assert claimed is not None
-    assert schedules.finish_many([(claimed, claimed.pending, [job_id])]) == [made.next_ms + 1000]
+    assert schedules.finish_many([(claimed, claimed.pending, [(job_id, made.next_ms)])]) == [made.next_ms + 1000]
     schedules.settle([(owner, "slots", 0, made.next_ms + 1000)])
     service.pause(owner, "slots")
     service.resume(owner, "slots")
