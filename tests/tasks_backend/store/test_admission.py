@@ -137,3 +137,43 @@ def test_a_gate_that_pushes_itself_pushes_only_broker_messages(store: RedisStore
     known, released = store.gate_admit(pushing, "c", "", "0")
     assert known and released == [("c", "")]
     assert store.redis.llen(queue) == 1
+
+
+def test_owners_stuck_on_a_full_concurrency_value_do_not_hold_back_the_owners_behind_them(store: RedisStore) -> None:
+    """The pump reads the ring 64 owners at a time: with more owners than that waiting on a full value at its head,
+    an owner behind them with a job that could run is still reached while slots are free."""
+    call = gate_of(store, fallback=2)
+    value = store.keys.gate_concurrency("test.limited", "")
+
+    def limited(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.limited", value, 1)
+
+    def plain(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.noop")
+
+    stuck = [f"x-{i}" for i in range(1, 67)]
+    # Owners that come in at one turn sort by their names in the gate: z's sorts after all of theirs.
+    z = next(name for name in (f"z-{i}" for i in range(10_000))
+             if store.keys.gate_owner(name) > max(store.keys.gate_owner(x) for x in stuck))
+    assert store.gate_admit(call, "x-0", limited("x-0"), "0")[1] == [("x-0", "test.limited")]  # the value is full
+    assert store.gate_admit(call, "z-1", plain(z), "0")[1] == [("z-1", "test.noop")]  # the 2 slots are taken
+    for x in stuck:  # each waiting on the full value
+        assert store.gate_admit(call, x, limited(x), "0")[1] == []
+    assert store.gate_admit(call, "z-2", plain(z), "0")[1] == []
+    assert store.redis.zrange(call.key("ring"), -1, -1) == [store.keys.gate_owner(z)]  # last of 67
+    # A worker with 10 slots publishes: 8 free, and only z's job can take one.
+    _, _, released = store.gate_tick(call, "w", 10, 600_000)
+    assert released == [("z-2", "test.noop")]
+    assert flight(store, call) == {"x-0", "z-1", "z-2"}
+
+
+def test_a_retry_that_waits_gives_its_slot_to_a_held_job_at_once(store: RedisStore) -> None:
+    call = gate_of(store, fallback=1)
+    first, _ = submit(store, call)
+    other = str(uuid.uuid4())
+    assert store.gate_admit(call, other, gate_entry(store.keys.gate_owner("bob"), 5, "test.noop"), "0")[1] == []
+    # The first job's run fails and is retried in 5 s: it leaves flight and waits; bob's job takes the slot now.
+    known, released = store.gate_admit(call, first, "", "5000", leave_first=True, message=f"msg-{first}")
+    assert known and released == [(other, "test.noop")]
+    assert flight(store, call) == {other}
+    assert [where for where, _ in store.gate_where(call, [first])] == ["d"]

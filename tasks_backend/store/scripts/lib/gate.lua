@@ -151,11 +151,11 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
     end
   end
   flying = flying or redis.call('ZCARD', KEYS[g + 3])
-  local rounds = 0
+  local rounds, from = 0, 0
   while flying < cap and rounds < 1000 do
     rounds = rounds + 1
-    local released = false
-    local ring = redis.call('ZRANGE', KEYS[g + 1], 0, 63, 'WITHSCORES')
+    local released, dropped = false, 0
+    local ring = redis.call('ZRANGE', KEYS[g + 1], from, from + 63, 'WITHSCORES')
     for i = 1, #ring, 2 do
       local o = ring[i]
       if flying >= cap then break end
@@ -168,14 +168,21 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
         released = true
         if #members == 1 then
           redis.call('ZREM', KEYS[g + 1], o)
-        elseif #ring > 2 then  -- an owner alone in the ring keeps its score: one owner's flood takes no turns
+        elseif #ring > 2 or from > 0 then  -- an owner alone in the ring keeps its score: its flood takes no turns
           redis.call('ZADD', KEYS[g + 1], redis.call('HINCRBY', KEYS[g + 2], 'turn', 1), o)
         end
       elseif #members == 0 then
         redis.call('ZREM', KEYS[g + 1], o)
+        dropped = dropped + 1
       end
     end
-    if not released then break end
+    -- When every owner read waits on a full concurrency value (each keeps its place), the next 64, so that owners
+    -- behind them are not held while slots are free (up to 1,024 owners a call). The owners passed stay stuck for
+    -- the rest of the call: a release never frees a value.
+    if not released then
+      if #ring < 128 or from >= 960 then break end
+      from = from + 64 - dropped
+    end
   end
 end
 
