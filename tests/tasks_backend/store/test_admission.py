@@ -177,3 +177,21 @@ def test_a_retry_that_waits_gives_its_slot_to_a_held_job_at_once(store: RedisSto
     assert known and released == [(other, "test.noop")]
     assert flight(store, call) == {other}
     assert [where for where, _ in store.gate_where(call, [first])] == ["d"]
+
+
+def test_a_stream_of_owners_with_a_job_each_does_not_keep_a_flooding_owner_waiting(store: RedisStore) -> None:
+    """A newcomer goes ahead of an owner alone in the ring, once: the next newcomer, arriving before that owner was
+    served again, goes behind it."""
+    call = gate_of(store, fallback=1)
+    flood = [str(uuid.uuid4()) for _ in range(4)]
+    assert store.gate_admit(call, flood[0], info(store), "0")[1] == [(flood[0], "test.noop")]
+    for job_id in flood[1:]:
+        assert store.gate_admit(call, job_id, info(store), "0")[1] == []
+    running, order = flood[0], []
+    for i in range(6):  # one owner with one job comes in, then the job in flight ends
+        store.gate_admit(call, f"c{i}", gate_entry(store.keys.gate_owner(f"c{i}"), 5, "test.noop"), "0")
+        (running, _), = store.gate_leave(call, [running], final=True)
+        order.append(running)
+    # Newcomers still go first (each after at most one job of the flood), in the order they came, and the flood
+    # has its turns among them.
+    assert order == ["c0", flood[1], "c1", "c2", flood[2], "c3"]

@@ -91,12 +91,25 @@ local function gate_hold(g, id, info, ttl)
   redis.call('ZADD', KEYS[g + 7], 0, gate_member(id, info))
   redis.call('PEXPIRE', KEYS[g + 7], ttl)
   if not redis.call('ZSCORE', KEYS[g + 1], info.o) then
-    -- A newcomer goes ahead of every owner served since the last turn began, and of an owner alone in the ring
-    -- (served last, and given no turn for it: see gate_pump).
-    local turn = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0')
+    -- A newcomer goes ahead of every owner served since the last turn began (turn - 0.5), and of an owner alone in
+    -- the ring (served last, and given no turn for it: see gate_pump), which is marked passed (its score's
+    -- fraction .25) until it is served again: a second newcomer goes behind it, so that a stream of owners with
+    -- a job each cannot keep it waiting for ever.
     local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
-    if #head == 2 then turn = math.min(turn, tonumber(head[2])) end
-    redis.call('ZADD', KEYS[g + 1], turn - 0.5, info.o)
+    local score
+    if #head == 2 then
+      local alone = tonumber(head[2])
+      local base = math.floor(alone)
+      if alone - base == 0.25 then
+        score = base + 0.5
+      else
+        score = base - 0.5
+        redis.call('ZADD', KEYS[g + 1], base + 0.25, head[1])
+      end
+    else
+      score = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0') - 0.5
+    end
+    redis.call('ZADD', KEYS[g + 1], score, info.o)
     redis.call('PEXPIRE', KEYS[g + 1], ttl)
   end
 end
@@ -168,8 +181,13 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
         released = true
         if #members == 1 then
           redis.call('ZREM', KEYS[g + 1], o)
-        elseif #ring > 2 or from > 0 then  -- an owner alone in the ring keeps its score: its flood takes no turns
+          -- A turn was taken all the same: newcomers from now on go behind those it passed.
+          if #ring > 2 or from > 0 then redis.call('HINCRBY', KEYS[g + 2], 'turn', 1) end
+        elseif #ring > 2 or from > 0 then
           redis.call('ZADD', KEYS[g + 1], redis.call('HINCRBY', KEYS[g + 2], 'turn', 1), o)
+        else  -- an owner alone in the ring keeps its score (its flood takes no turns), served now: not passed
+          local at = tonumber(ring[i + 1])
+          if at - math.floor(at) == 0.25 then redis.call('ZADD', KEYS[g + 1], math.floor(at), o) end
         end
       elseif #members == 0 then
         redis.call('ZREM', KEYS[g + 1], o)
