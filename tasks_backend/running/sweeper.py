@@ -69,6 +69,7 @@ class Sweeper:
         waiting: list[tuple[str, str, int | None]] = []
         kept: list[tuple[str, str]] = []
         places = self.store.gate_where(self.admission.call(), [j for j, _ in due])
+        out_of_gate = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where == "x"}
         for (job_id, score), (where, since) in zip(due, places, strict=True):
             if where in ("h", "d"):
                 waiting.append((job_id, score, now + 2 * grace_ms))
@@ -90,7 +91,12 @@ class Sweeper:
         for (job_id, score), (swept, when, operation) in zip(due, replies, strict=True):
             action = "orphan" if swept is Swept.REPUBLISH and self._orphan(job_id) else swept.value
             counts[action] = counts.get(action, 0) + 1
-            if action == Swept.REPUBLISH:
+            if action == Swept.REPUBLISH and job_id in out_of_gate:
+                # Parked, then queued again by a process that died or lost Redis before it admitted the job: it goes
+                # through the gate as that admission would have (its slot and concurrency value counted), not
+                # straight to the broker.
+                self.admission.resume(job_id, operation)
+            elif action == Swept.REPUBLISH:
                 try:
                     self.dispatcher.publish(job_id, operation)
                 except DispatchUnavailable:

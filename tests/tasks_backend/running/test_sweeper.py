@@ -164,3 +164,30 @@ def test_the_sweeper_wakes_for_a_delayed_job_between_its_sweeps(runtime: Runtime
         stop.set()
         sweeper.join(5)
         broker.delete(rt.settings.queue)
+
+
+def test_a_job_queued_again_but_never_admitted_goes_through_the_gate(runtime: Runtime) -> None:
+    """A parked job queued again (an answer, a wake) by a process that lost Redis before the gate's admission: the
+    sweeper admits it, so that its run counts against the slots and its concurrency value, instead of publishing
+    it past the gate."""
+    rt = own_runtime(runtime, queued_grace_s=0.05, dispatch_slots=1)
+    first, second = (rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(2))
+    call, broker = rt.service.admission.call(), broker_of(rt)
+    # The first job leaves the gate as a parked run does (the second takes the slot), and its message is gone.
+    rt.store.gate_leave(call, [first], final=False)
+    broker.delete(rt.settings.queue)
+    assert [where for where, _ in rt.store.gate_where(call, [first, second])] == ["x", "f"]
+    rt.store.redis.zadd(rt.store.keys.sweep(), {first: 0})
+
+    def sent() -> list[str]:  # the second's lost message is republished: it is in flight
+        return [message_job(m) for m in broker.lrange(rt.settings.queue, 0, -1)]
+
+    def looked_at() -> bool:
+        rt.sweeper().sweep_once()
+        return rt.store.gate_where(call, [first])[0][0] != "x" or first in sent()
+
+    wait_until(looked_at, 10, interval=0.1, message="the sweeper to look at the job")
+    assert rt.store.gate_where(call, [first])[0][0] == "h"  # held: the one slot is the second job's
+    assert first not in sent()
+    for job_id in (first, second):
+        rt.service.cancel(ALICE, job_id)
