@@ -165,8 +165,15 @@ def _cron_ok(cron: Any) -> bool:
     return True
 
 
+#: Names a host's tz database may hold that are not one zone everywhere: the host's own setting, and zones that
+#: count leap seconds (ticks 27 s off the wall clock).
+HOST_ZONES = ("localtime", "posixrules")
+
+
 def _zone_ok(name: str) -> bool:
-    if not 0 < len(name) <= 64 or name.startswith(("/", ".")) or ".." in name or "\0" in name:
+    if not 0 < len(name) <= 64 or name.startswith(("/", ".", "right/")) or ".." in name or "\0" in name:
+        return False
+    if name in HOST_ZONES:
         return False
     try:
         ZoneInfo(name)

@@ -84,6 +84,8 @@ GOOD = {"name": "ok", "operation": "test.noop", "params": {}, "everySeconds": 5}
     ({"everySeconds": "5"}, "everySeconds"),
     ({"timezone": "Mars/Olympus"}, "timezone"),
     ({"timezone": "../../etc/passwd"}, "timezone"),
+    ({"timezone": "localtime"}, "timezone"),  # whatever each host's clock is set to: tickers would disagree
+    ({"timezone": "right/UTC"}, "timezone"),  # counts leap seconds: ticks 27 s off the wall clock
     ({"catchUp": "some"}, "catchUp"),
     ({"priority": 10}, "priority"),
     ({"priority": -1}, "priority"),
