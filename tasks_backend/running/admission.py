@@ -115,8 +115,12 @@ class DispatchGate:
         """A run that goes back to the queue (a retry after `delay_s`, a hand-back) leaves flight and is admitted
         again. Raises `DispatchUnavailable` when it could not be passed on (its sweep entry covers it)."""
         try:
-            known, released = self.store.gate_admit(self.call(), record.id, "", str(int(delay_s * 1000)),
-                                                    leave_first=True, message=self.message(record.id, record.operation))
+            # On a single Redis the gate and the job share a clock: the claim's time tells a replay of this call
+            # (the job let in again since) from the first.
+            known, released = self.store.gate_admit(
+                self.call(), record.id, "", str(int(delay_s * 1000)), leave_first=True,
+                claimed_ms=record.updated_ms if self.store.single else None,
+                message=self.message(record.id, record.operation))
         except StoreUnavailable as exc:
             raise DispatchUnavailable() from exc
         self.publish(released)

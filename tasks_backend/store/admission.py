@@ -83,11 +83,13 @@ class AdmissionStore(StorePart):
     """The gate's scripts."""
 
     def gate_admit(self, call: GateCall, job_id: str, info: str, delay: str, *, leave_first: bool = False,
-                   message: str = "") -> tuple[bool, Released]:
+                   claimed_ms: int | None = None, message: str = "") -> tuple[bool, Released]:
         """Make a job runnable (info '': what the gate kept of it, and `message` its message or operation, which
-        the gate keeps only while a job waits): (whether the gate knew the job, released)."""
-        reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay,
-                                  "1" if leave_first else "0", message)
+        the gate keeps only while a job waits): (whether the gate knew the job, released). `leave_first`: a run
+        that ends goes back (a retry, a hand-back), claimed at `claimed_ms` (Redis ms, where the gate and the job
+        share a clock): a replay finds the job let in again since, and changes nothing."""
+        leave = "0" if not leave_first else "1" if claimed_ms is None else f"@{claimed_ms}"
+        reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay, leave, message)
         return bool(int(reply[0])), pairs(reply[1:])
 
     def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool) -> Released:

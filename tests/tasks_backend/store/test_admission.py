@@ -195,3 +195,20 @@ def test_a_stream_of_owners_with_a_job_each_does_not_keep_a_flooding_owner_waiti
     # Newcomers still go first (each after at most one job of the flood), in the order they came, and the flood
     # has its turns among them.
     assert order == ["c0", flood[1], "c1", "c2", flood[2], "c3"]
+
+
+def test_a_retry_applied_twice_sends_its_job_once(store: RedisStore) -> None:
+    """A retry's re-admission whose reply was lost is sent again by the client: the job, let in again after its
+    run was claimed, must not leave flight a second time (its message would be pushed twice)."""
+    call = gate_of(store, fallback=1)
+    first, _ = submit(store, call)
+    store.claim(first, ClaimTerms(5000, "w", 3))
+    claimed = store.get(first).updated_ms  # type: ignore[union-attr]
+    wait_until(lambda: store.gate_tick(gate_of(store))[0] > claimed, message="Redis's clock past the claim")
+
+    def retry() -> tuple[bool, list[tuple[str, str]]]:
+        return store.gate_admit(call, first, "", "0", leave_first=True, claimed_ms=claimed, message=f"again-{first}")
+
+    assert retry() == (True, [(first, f"again-{first}")])
+    assert retry() == (True, [])
+    assert flight(store, call) == {first}
