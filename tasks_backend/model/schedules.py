@@ -165,8 +165,8 @@ def _cron_ok(cron: Any) -> bool:
     return True
 
 
-#: Names a host's tz database may hold that are not one zone everywhere: the host's own setting, and zones that
-#: count leap seconds (ticks 27 s off the wall clock).
+#: Names a host's tz database may hold that are not one zone everywhere (the host's own setting). The zones that
+#: count leap seconds (`right/`, ticks 27 s off the wall clock) are refused by their prefix.
 HOST_ZONES = ("localtime", "posixrules")
 
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import BadRequest, IdempotencyConflict
+from ..errors import BadRequest
 from ..model.schedules import Schedule, plan
 from ..store.schedules import ScheduleStore
 from .loops import repeat
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 #: Makes the job of one tick of a schedule (idempotently: the same tick gives the same job); its id.
 Fire = Callable[[Schedule, int], str]
+#: How long a tick whose job is refused as the caller's mistake is tried again before it is let go: a rolling deploy
+#: (a sweeper that does not know a new operation yet) is over by then; an operation removed for good is not.
+LET_GO_AFTER_MS = 600_000
 
 
 @dataclass
@@ -41,9 +44,9 @@ class Pass:
 
 class Ticker:
     def __init__(self, store: ScheduleStore, fire: Fire, *, batch: int = 500, lease_ms: int = 5000,
-                 max_wait_s: float = 0.5) -> None:
+                 max_wait_s: float = 0.5, let_go_after_ms: int = LET_GO_AFTER_MS) -> None:
         self.store, self.fire, self.batch, self.lease_ms = store, fire, batch, lease_ms
-        self.max_wait_s = max_wait_s
+        self.max_wait_s, self.let_go_after_ms = max_wait_s, let_go_after_ms
 
     def tick_once(self, max_rounds: int = 100) -> Pass:
         """Handle every schedule due now (by Redis's clock), `batch` at a time."""
@@ -82,7 +85,7 @@ class Ticker:
         made: list[tuple[Schedule, tuple[int, ...], list[tuple[str, int]]]] = []
         for schedule, pending in work:
             try:
-                made.append((schedule, pending, self._fire_all(schedule, pending)))
+                made.append((schedule, pending, self._fire_all(schedule, pending, now)))
             except Exception as exc:  # left pending: the entry's lease lapses and a pass tries again
                 log.warning("schedule %r of %r: job not made (%s)", schedule.name, schedule.owner, exc)
                 done.failed.append(schedule.name)
@@ -94,16 +97,18 @@ class Ticker:
         if settle:
             done.next_due_ms = min([t for *_, t in settle if t is not None] + [done.next_due_ms or 2**62])
 
-    def _fire_all(self, schedule: Schedule, pending: tuple[int, ...]) -> list[tuple[str, int]]:
-        """(job id, tick) of each pending tick's job. A tick whose job can never be made (the operation is gone,
-        or the schedule's params no longer pass its checks: the caller's definition, not a passing fault) gets
-        none and is let go, so that the schedule goes on to its next ticks; any other failure raises, and the
-        ticks stay pending for the next pass."""
+    def _fire_all(self, schedule: Schedule, pending: tuple[int, ...], now_ms: int) -> list[tuple[str, int]]:
+        """(job id, tick) of each pending tick's job. A tick whose job is refused as the caller's mistake (the
+        operation unknown here, the schedule's params no longer passing its checks) is tried again at each pass
+        until `let_go_after_ms` after it, then let go, so that the schedule goes on to its next ticks; any other
+        failure raises, and the ticks stay pending for the next pass."""
         jobs = []
         for tick in pending:
             try:
                 jobs.append((self.fire(schedule, tick), tick))
-            except (BadRequest, IdempotencyConflict) as exc:
+            except BadRequest as exc:
+                if now_ms - tick < self.let_go_after_ms:
+                    raise
                 log.error("schedule %r of %r: the tick of %d gets no job, and the schedule goes on: %s",
                           schedule.name, schedule.owner, tick, exc)
         return jobs

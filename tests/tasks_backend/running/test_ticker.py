@@ -113,10 +113,11 @@ def test_a_tick_whose_job_can_never_be_made_is_let_go_and_the_schedule_goes_on(o
             raise UnknownOperation("the operation is no longer registered")
         return service.fire(schedule, tick)
 
-    ticker = Ticker(service.store, fire, lease_ms=300)
+    ticker = Ticker(service.store, fire, lease_ms=300, let_go_after_ms=1500)
     wait_until(lambda: ticker.tick_once() and len(ticks_made(service, "alice", "gone")) >= 2,
-               timeout=6, message="the ticks after the refused one")
-    assert set(refused) == {refused[0]} and len(refused) == 1  # let go at once, not tried again
+               timeout=8, message="the ticks after the refused one")
+    # Tried again for a while (a sweeper not yet deployed with the operation would get it then), then let go.
+    assert set(refused) == {refused[0]} and len(refused) >= 2
     made = ticks_made(service, "alice", "gone")
     assert refused[0] not in made and min(made) > refused[0]
     assert not service.get("alice", "gone").pending

@@ -93,8 +93,9 @@ local function gate_hold(g, id, info, ttl)
   if not redis.call('ZSCORE', KEYS[g + 1], info.o) then
     -- A newcomer goes ahead of every owner served since the last turn began (turn - 0.5), and of an owner alone in
     -- the ring (served last, and given no turn for it: see gate_pump), which is marked passed (its score's
-    -- fraction .25) until it is served again: a second newcomer goes behind it, so that a stream of owners with
-    -- a job each cannot keep it waiting for ever.
+    -- fraction .25) until it is served again. Newcomers that come once one of those ahead was served (a turn
+    -- taken) or while it is alone and marked go behind it: a stream of owners with a job each cannot keep it
+    -- waiting for ever.
     local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
     local score
     if #head == 2 then
@@ -173,7 +174,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local o = ring[i]
       if flying >= cap then break end
       local chosen, info, members = gate_first(g, o, 2)
-      if not chosen and #members == 2 then chosen, info, members = gate_first(g, o, 50) end
+      if not chosen and #members == 2 and from == 0 then chosen, info, members = gate_first(g, o, 50) end
       if chosen then
         redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
         gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
@@ -195,8 +196,9 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       end
     end
     -- When every owner read waits on a full concurrency value (each keeps its place), the next 64, so that owners
-    -- behind them are not held while slots are free (up to 1,024 owners a call). The owners passed stay stuck for
-    -- the rest of the call: a release never frees a value.
+    -- behind them are not held while slots are free (up to 1,024 owners a call, each past the first 64 read two
+    -- jobs deep: a bound on the call's work). The owners passed stay stuck for the rest of the call: a release
+    -- never frees a value.
     if not released then
       if #ring < 128 or from >= 960 then break end
       from = from + 64 - dropped
