@@ -26,11 +26,12 @@ def parse_delay(text: str) -> float:
 
 
 def parse_run_at(text: str) -> str:
-    """An RFC 3339 time with its offset (`2030-01-01T09:00:00Z`, `...+02:00`), returned as given."""
+    """A time with its offset (`2030-01-01T09:00:00Z`, `2030-01-01 09:00+02:00`), written as RFC 3339 (the
+    only form the API takes)."""
     when = dt.datetime.fromisoformat(text.strip())
     if when.tzinfo is None:
         raise ValueError(text)
-    return text.strip()
+    return when.isoformat().replace("+00:00", "Z")
 
 
 class _Parsed(click.ParamType[Any]):

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..errors import InvalidParams
+from .timing import as_whole
 
 CATCH_UP = ("none", "latest", "all")
 #: A tick seen later than this after its time is missed (and later than half its period, for short periods).
@@ -134,20 +135,24 @@ def check_spec(body: Any, load_params: Any) -> ScheduleSpec:
     operation = body.get("operation")
     if not isinstance(operation, str) or not operation:
         raise bad("operation", "must name a registered operation")
-    cron, every = body.get("cron"), body.get("everySeconds")
+    cron, every = body.get("cron"), as_whole(body.get("everySeconds"))
     if (cron is None) == (every is None):
         raise bad("cron", "or `everySeconds` must be given, not both")
     if cron is not None and not _cron_ok(cron):
         raise bad("cron", "is not a cron expression")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= 10**8):
         raise bad("everySeconds", "must be an integer from 1 to 100000000")
-    timezone = body.get("timezone", "UTC")
+    def optional(field: str, default: Any) -> Any:  # null is the default, as for a job's optional fields
+        value = body.get(field)
+        return default if value is None else value
+
+    timezone = optional("timezone", "UTC")
     if not isinstance(timezone, str) or not _zone_ok(timezone):
         raise bad("timezone", "must be an IANA time zone name, such as Europe/Paris")
-    catch_up = body.get("catchUp", "latest")
+    catch_up = optional("catchUp", "latest")
     if catch_up not in CATCH_UP:
         raise bad("catchUp", "must be one of none, latest, all")
-    priority = body.get("priority", 5)
+    priority = as_whole(optional("priority", 5))
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise bad("priority", "must be an integer from 0 to 9")
     params = load_params(operation, body.get("params"))

@@ -6,6 +6,7 @@ Rule: pure checks; a bad value is an `InvalidParams` that names the field by its
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,9 @@ from .domain import DEFAULT_PRIORITY
 #: The wire names, in every protocol (HTTP body fields, MCP `_meta` and A2A message `metadata` keys).
 RUN_AT, DELAY_MS, PRIORITY = "runAt", "delayMs", "priority"
 MIN_PRIORITY, MAX_PRIORITY = 0, 9
+#: RFC 3339's date-time (section 5.6): Python's ISO 8601 parser also takes forms it does not have (basic format,
+#: week dates, no seconds, an hour-only offset), which another client of the same API would refuse.
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})")
 
 
 def _bad(name: str, message: str) -> InvalidParams:
@@ -53,23 +57,28 @@ def parse_run_at(value: Any, name: str = RUN_AT) -> int | None:
     """An RFC 3339 time (with a zone offset or `Z`) as ms since the epoch; None stays None."""
     if value is None:
         return None
-    if not isinstance(value, str):
-        raise _bad(name, "must be an RFC 3339 time such as 2026-01-01T12:00:00Z.")
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip().replace("z", "Z").replace("Z", "+00:00"))
-    except ValueError:
-        raise _bad(name, "must be an RFC 3339 time such as 2026-01-01T12:00:00Z.") from None
-    if parsed.tzinfo is None or "T" not in value.upper():
+    if not isinstance(value, str) or not RFC3339.fullmatch(value):
         raise _bad(name, "must be an RFC 3339 time with its offset, such as 2026-01-01T12:00:00Z.")
+    try:
+        parsed = dt.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:  # the right shape, not a real time (a 13th month, a 25th hour)
+        raise _bad(name, "must be an RFC 3339 time with its offset, such as 2026-01-01T12:00:00Z.") from None
     return int(parsed.timestamp() * 1000)
 
 
-def _whole(value: Any, name: str, what: str) -> int | None:
-    """JSON numbers: 2.0 is the integer 2 (A2A's protobuf numbers are all doubles), 2.5 and "2" are refused."""
-    if value is None:
-        return None
+def as_whole(value: Any) -> Any:
+    """JSON numbers: 2.0 is the integer 2 (A2A's protobuf numbers are all doubles, and JavaScript has no other
+    kind); anything else is left for the caller's check."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    return value
+
+
+def _whole(value: Any, name: str, what: str) -> int | None:
+    """`as_whole`, with 2.5 and "2" refused."""
+    if value is None:
+        return None
+    value = as_whole(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(name, what)
     return value

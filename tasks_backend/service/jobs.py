@@ -28,6 +28,7 @@ from ..errors import (
     JobNotCancelable,
     JobNotFound,
     NotWaitingForInput,
+    QuotaExceeded,
     UnknownOperation,
 )
 from ..model.domain import JobRecord, JobState, SubmitOutcome
@@ -111,7 +112,13 @@ class JobService(FilteredReads, Reruns, Bulk):
                 rerun: RerunOf | None = None) -> tuple[JobRecord, SubmitOutcome]:
         """A submit; `rerun`: the job is a rerun of another (see `service.rerun`), built-in operations allowed."""
         owner = as_principal(principal).name
-        ttl_s = self.limits.check_submit(owner, params, ttl_s)
+        refused: QuotaExceeded | None = None
+        try:
+            ttl_s = self.limits.check_submit(owner, params, ttl_s)
+        except QuotaExceeded as exc:
+            if idempotency_key is None:
+                raise
+            refused = exc  # a replay of a job made before the owner reached its limit still gets it back
         spec = BUILTINS.get(operation) or self.registry.get(operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
@@ -119,6 +126,13 @@ class JobService(FilteredReads, Reruns, Bulk):
         # What a replay must repeat to get the same handle; only a submit with a key needs it.
         request_hash = "" if idempotency_key is None else hashlib.sha256(canonical_json(
             [operation, stored_params, *([rerun.of, rerun.keep_steps] if rerun else [])]).encode()).hexdigest()[:32]
+        if refused is not None:
+            assert idempotency_key is not None
+            value = self.store.idempotency_value(owner, idempotency_key)
+            replayed = None if value is None else self._replayed(owner, value, request_hash)
+            if replayed is None:
+                raise refused
+            return replayed, SubmitOutcome.EXISTING
         ttl_ms = self._ttl_ms(spec.ttl_s, ttl_s)
         # A start time is measured against Redis's clock, the one the gate starts the job by; only a submit that
         # names a time pays the round trip.
@@ -161,18 +175,24 @@ class JobService(FilteredReads, Reruns, Bulk):
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
             assert idempotency_key is not None
-            other_id, _, other_hash = existing.partition(" ")
-            if other_hash != request_hash:
-                raise IdempotencyConflict()
-            record_or_none = self.store.get(other_id)
-            if record_or_none is not None and record_or_none.owner != owner:
-                # Keyed by a digest of the owner's name, as the owner index is: the job is checked, not the key.
-                raise IdempotencyConflict()
-            if record_or_none is not None:
-                return record_or_none, SubmitOutcome.EXISTING
+            replayed = self._replayed(owner, existing, request_hash)
+            if replayed is not None:
+                return replayed, SubmitOutcome.EXISTING
             # The job behind the key expired a moment ago: free the key and submit afresh.
             self.store.release_idempotency(owner, idempotency_key, existing)
         raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
+
+    def _replayed(self, owner: str, value: str, request_hash: str) -> JobRecord | None:
+        """The job an idempotency record (`value`: '<job id> <request hash>') names for a replay of the same
+        request, or None when that job is gone; `IdempotencyConflict` for another request's key."""
+        other_id, _, other_hash = value.partition(" ")
+        if other_hash != request_hash:
+            raise IdempotencyConflict()
+        record = self.store.get(other_id)
+        if record is not None and record.owner != owner:
+            # Keyed by a digest of the owner's name, as the owner index is: the job is checked, not the key.
+            raise IdempotencyConflict()
+        return record
 
     def _inline_push(self, job_id: str, operation: str) -> ListPush | None:
         dispatcher = self.dispatcher

@@ -29,6 +29,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"runAt": "tomorrow"}, "runAt"),
     ({"runAt": "2026-01-01T00:00:00"}, "runAt"),
     ({"runAt": 1767225600000}, "runAt"),
+    # ISO 8601 forms that RFC 3339 does not have: basic format, week and ordinal dates, no seconds, an hour offset.
+    ({"runAt": "20260101T000000Z"}, "runAt"),
+    ({"runAt": "2026-W01-4T00:00:00Z"}, "runAt"),
+    ({"runAt": "2026-001T00:00:00Z"}, "runAt"),
+    ({"runAt": "2026-01-01T00:00Z"}, "runAt"),
+    ({"runAt": "2026-01-01T00:00:00+01"}, "runAt"),
+    ({"runAt": " 2026-01-01T00:00:00Z"}, "runAt"),
     ({"runAt": rfc3339(86400)}, "runAt"),
     ({"delayMs": -1}, "delayMs"),
     ({"delayMs": "10"}, "delayMs"),

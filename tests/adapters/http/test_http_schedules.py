@@ -43,6 +43,20 @@ def test_define_is_201_the_same_again_200_another_409(http: httpx.Client, users:
     assert [s["name"] for s in http.get("/v1/schedules", headers=me).json()["schedules"]] == ["tidy"]
 
 
+def test_optional_fields_read_as_a_jobs_do(http: httpx.Client, users: Users) -> None:
+    """`null` for an optional field is its default, and 60.0 is the integer 60 (as `priority` and `delayMs` of a
+    job: JavaScript and protobuf clients send numbers as doubles): the same definition, not a 422 or a 409."""
+    _, me = principal(users)
+    body = {"name": "nulls", "operation": "test.noop", "params": {}, "everySeconds": 60}
+    made = define(http, me, **body)
+    assert made.status_code == 201, made.text
+    again = define(http, me, **{**body, "everySeconds": 60.0, "timezone": None, "catchUp": None, "priority": 5.0,
+                                "cron": None})
+    assert again.status_code == 200, again.text
+    assert again.json() == made.json()
+    assert define(http, me, **{**body, "name": "whole", "priority": 7.0}).json()["priority"] == 7
+
+
 def test_another_owners_schedule_is_a_404_like_a_missing_one(http: httpx.Client, users: Users) -> None:
     _, me = principal(users)
     _, other = principal(users)
@@ -90,6 +104,8 @@ GOOD = {"name": "ok", "operation": "test.noop", "params": {}, "everySeconds": 5}
     ({"priority": 10}, "priority"),
     ({"priority": -1}, "priority"),
     ({"priority": True}, "priority"),
+    ({"priority": 2.5}, "priority"),
+    ({"priority": "5"}, "priority"),
     ({"name": "a/b"}, "name"),
     ({"name": ""}, "name"),
     ({"name": "x" * 101}, "name"),

@@ -124,6 +124,26 @@ def test_active_jobs_are_limited_per_principal_and_freed_when_jobs_end(redis_bas
         assert runtime.store.redis.pttl(key) > 0, key
 
 
+def test_a_replay_at_the_active_limit_gets_its_job_back(redis_base: str, serve: Serve) -> None:
+    """A client whose reply was lost sends its keyed submit again while the owner is at its limit: it gets the job
+    the first made (not a 429 that leaves it unable to tell whether its work was accepted); a new key is still
+    refused, and the same key with another body is the conflict it is without a limit."""
+    settings = make_settings(redis_base, max_active_jobs=1)
+    base = serve(settings)  # no worker: the job stays queued
+    keyed = {**ALICE, "Idempotency-Key": "order-7"}
+    first = submit(base, keyed)
+    assert first.status_code == 202
+    again = submit(base, keyed)
+    assert again.status_code == 202, again.text
+    assert again.json()["taskId"] == first.json()["taskId"] and again.headers["Idempotent-Replayed"] == "true"
+    assert_problem_429(submit(base, {**ALICE, "Idempotency-Key": "order-8"}), "quota-exceeded")
+    other = submit(base, keyed, params={"seconds": 4})
+    assert other.json()["type"].endswith("/idempotency-conflict"), other.text
+    runtime = build_runtime(settings)  # the in-process API, as a schedule's tick replays its job
+    record, outcome = runtime.service.submit("alice", "demo.sleep", {"seconds": 5}, idempotency_key="order-7")
+    assert record.id == first.json()["taskId"] and outcome.value == "existing"
+
+
 def test_open_streams_are_limited_per_principal(redis_base: str, serve: Serve) -> None:
     settings = make_settings(redis_base, max_streams=2, sse_max_s=30)
     base = serve(settings)

@@ -1,0 +1,124 @@
+"""What the dispatch gate costs Redis per drained job, by Redis's own clock, with no worker beside it.
+
+Usage: python -m bench.gate_drain [--jobs 3000] [--rounds 4] [--slots 2] [--redis-server PATH]
+
+One owner's jobs are held (more than the slots), then drained as a worker would: each round pops the next message
+from the broker's list and ends a run, whose leave lets the next held job in (`gate/leave.lua`, the gate's part of
+a run's last transition). Alternated with it, the baseline: a script that does nothing, called with the same keys
+and arguments (what any script call costs). Printed per round and as medians: Redis's time in scripts and its CPU
+per job, and their ratio to the baseline. The runner row of `bench.run --only dispatch` measures the same work
+inside a real drain, where two shared cores make each step cost two to three times as much and the machine's drift
+moves the ratio by more than the gate costs; this is the figure a change to the gate's scripts is judged by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tasks_backend.config import Settings
+from tasks_backend.devtools.embedded import EmbeddedRedis
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.admission import entry as gate_entry
+
+from .procs import script_usec
+
+
+@dataclass(frozen=True)
+class Drained:
+    """Per job: Redis's time in scripts (us, its clock) and its CPU (us), read as differences (other clients of the
+    same server count too); and the jobs as their messages were popped, each checked to be the one due next."""
+
+    script_us: float
+    cpu_us: float
+    popped: list[str]
+
+
+def redis_cpu_s(client: Any) -> float:
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def drain(runtime: Runtime, jobs: int) -> Drained:
+    """`jobs` held jobs of one owner, then drained one run's end at a time; measured over the drain only."""
+    gate, store = runtime.service.admission, runtime.store
+    call = gate.call()
+    assert call.push is not None, "the broker must be the store's Redis: the gate pushes in its scripts"
+    queue, client = call.push[0], store.redis
+    client.delete(queue)
+    owner = store.keys.gate_owner(f"drain-{uuid.uuid4().hex[:8]}")
+    ids = [str(uuid.uuid4()) for _ in range(jobs)]
+    for job_id in ids:
+        store.gate_admit(call, job_id, gate_entry(owner, 5, gate.message(job_id, "bench.noop")), "0")
+    in_flight = [job_id for job_id in ids if store.gate_where(call, [job_id])[0][0] == "f"]
+    popped: list[str] = []
+    scripts_before, cpu_before = script_usec(client), redis_cpu_s(client)
+    while in_flight:
+        message = client.rpop(queue)  # the worker's fetch
+        done = in_flight.pop(0)
+        if message is None or done not in str(message):
+            raise RuntimeError(f"the gate sent {message!r:.80} where job {done} was next")
+        popped.append(done)
+        store.gate_leave(call, [done], final=True)
+        released = len(popped) + len(in_flight)
+        if released < jobs:
+            in_flight.append(ids[released])
+    return Drained((script_usec(client) - scripts_before) / jobs, (redis_cpu_s(client) - cpu_before) * 1e6 / jobs,
+                   popped)
+
+
+def empty_calls(runtime: Runtime, jobs: int) -> Drained:
+    """The baseline: the same number of script calls, with the leave's keys and arguments, doing nothing."""
+    client, call = runtime.store.redis, runtime.service.admission.call()
+    sha = client.script_load("return 1")
+    keys = call.all_keys()
+    scripts_before, cpu_before = script_usec(client), redis_cpu_s(client)
+    for _ in range(jobs):
+        client.rpop(call.push[0] if call.push else "none")
+        client.evalsha(sha, len(keys), *keys, *call.head(), "1", str(uuid.uuid4()))
+    return Drained((script_usec(client) - scripts_before) / jobs, (redis_cpu_s(client) - cpu_before) * 1e6 / jobs,
+                   [])
+
+
+def runtime_on(url: str, slots: int) -> Runtime:
+    return build_runtime(Settings.from_env({"REDIS_URL": url, "TASKS_BACKEND_DISPATCH_SLOTS": str(slots),
+                                            "TASKS_BACKEND_FAIR_SHARES": "1"}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--redis-server", default=None, help="a redis-server binary (default: the embedded one)")
+    args = parser.parse_args(argv)
+    server = EmbeddedRedis(**({"binary": args.redis_server} if args.redis_server else {})).start()
+    try:
+        runtime = runtime_on(server.url, args.slots)
+        client = redis.Redis.from_url(server.url)
+        version, allocator = client.info("server")["redis_version"], client.info("memory")["mem_allocator"]
+        print(f"gate drain: {args.jobs} jobs a round, {args.slots} slots; Redis {version} ({allocator}), AOF on")
+        gated, empty = [], []
+        for n in range(args.rounds):
+            empty.append(empty_calls(runtime, args.jobs))
+            gated.append(drain(runtime, args.jobs))
+            print(f"  round {n + 1}: gate {gated[-1].script_us:.1f} us in scripts, {gated[-1].cpu_us:.1f} us CPU; "
+                  f"empty call {empty[-1].script_us:.1f}, {empty[-1].cpu_us:.1f}")
+        rows = {"in scripts": ([d.script_us for d in gated], [d.script_us for d in empty]),
+                "Redis CPU": ([d.cpu_us for d in gated], [d.cpu_us for d in empty])}
+        for name, (ours, base) in rows.items():
+            ratio = statistics.median(a / b for a, b in zip(ours, base, strict=True))
+            print(f"Redis us per drained job, {name}: gate {statistics.median(ours):.1f}, "
+                  f"empty call {statistics.median(base):.1f}, ratio {ratio:.2f}x")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
