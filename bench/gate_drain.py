@@ -85,9 +85,11 @@ def empty_calls(runtime: Runtime, jobs: int) -> Drained:
                    [])
 
 
-def runtime_on(url: str, slots: int) -> Runtime:
+def runtime_on(url: str, slots: int, **overrides: Any) -> Runtime:
+    """A runtime whose broker is its store's Redis at `url` (`overrides`: `Settings` fields, such as its own key
+    prefix and queue)."""
     return build_runtime(Settings.from_env({"REDIS_URL": url, "TASKS_BACKEND_DISPATCH_SLOTS": str(slots),
-                                            "TASKS_BACKEND_FAIR_SHARES": "1"}))
+                                            "TASKS_BACKEND_FAIR_SHARES": "1"}, **overrides))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,12 +3,16 @@ job released once, in submission order, one per run that ends."""
 
 from __future__ import annotations
 
+import secrets
+
 from bench import gate_drain
 from tests.conftest import single_redis
 
 
 def test_the_drain_releases_every_held_job_once_in_order_and_is_measured(redis_base: str) -> None:
-    runtime = gate_drain.runtime_on(f"{single_redis(redis_base)}/12", slots=2)
+    suffix = secrets.token_hex(4)
+    runtime = gate_drain.runtime_on(f"{single_redis(redis_base)}/12", slots=2, key_prefix=f"drain{suffix}",
+                                    queue=f"drain{suffix}")
     drained = gate_drain.drain(runtime, 40)
     assert len(drained.popped) == 40 and len(set(drained.popped)) == 40  # each popped message checked in turn
     held = runtime.service.admission.call()

@@ -148,3 +148,27 @@ def test_at_most_max_jobs_per_key_run_at_once_and_the_others_hold_no_slot(redis_
     # The customers' waiting jobs held no slot: all three customers ran two at once, and the free job beside them.
     assert max(running_at(t) for t in starts) >= 6
     assert spans["free:0"][0] < min(a for tag, (a, _) in spans.items() if tag.endswith(":2"))
+
+
+def test_a_job_on_a_free_key_starts_while_its_owner_has_many_waiting_on_a_full_one(redis_base: str, served: Any,
+                                                                                 tmp_path: Path) -> None:
+    """80 of one owner's jobs for one customer (two at a time, both held running), then one for another customer: it
+    starts at once on a free slot, not once the first customer's queue has shrunk; the others then run in order."""
+    settings = make_settings(redis_base)
+    http = served(settings)
+    service = build_runtime(settings).service
+    book, hold = tmp_path / "ledger", tmp_path / "hold"
+    with worker(settings, 4, tmp_path):
+        for i in range(80):
+            service.submit("alice", "test.limited", {"ledger": str(book), "tag": f"c1:{i}", "customer_id": "c1",
+                                                     "hold": str(hold), "seconds": 0})
+        wait_until(lambda: started(book, "c1:1"))
+        submit(http, ALICE, "test.limited", params={"ledger": str(book), "tag": "c2:0", "customer_id": "c2",
+                                                    "seconds": 0})
+        wait_until(lambda: started(book, "c2:0"), timeout=10, message="the other customer's job started")
+        assert not started(book, "c1:2")  # the first customer's two still run
+        hold.touch()
+        wait_until(lambda: sum(e["event"] == "end" for e in ledger(book)) == 81, timeout=60)
+    order = [int(e["tag"][3:]) for e in ledger(book) if e["event"] == "start" and e["tag"].startswith("c1:")]
+    # Sent in order; two run at once, so two sent together may start either way round.
+    assert sorted(order) == list(range(80)) and all(abs(n - k) <= 1 for k, n in enumerate(order)), order

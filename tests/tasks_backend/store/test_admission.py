@@ -167,6 +167,41 @@ def test_owners_stuck_on_a_full_concurrency_value_do_not_hold_back_the_owners_be
     assert flight(store, call) == {"x-0", "z-1", "z-2"}
 
 
+def test_an_owners_job_on_a_free_value_is_not_held_behind_its_jobs_on_a_full_one(store: RedisStore) -> None:
+    """However many of an owner's held jobs wait on a full concurrency value ahead of it, its job on another value
+    takes a free slot at once; those set aside go back to their places as their value frees, first in, first out,
+    and leave with the job when one is cancelled while it waits."""
+    call = gate_of(store, fallback=4)
+    owner = store.keys.gate_owner(OWNER)
+    full, free = (store.keys.gate_concurrency("test.limited", v) for v in ('"a"', '"b"'))
+
+    def limited(value: str, priority: int = 5) -> str:
+        return gate_entry(owner, priority, "test.limited", value, 1)
+
+    assert store.gate_admit(call, "a-0", limited(full), "0")[1] == [("a-0", "test.limited")]
+    waiting = [f"a-{i}" for i in range(1, 121)]
+    for job_id in waiting:
+        assert store.gate_admit(call, job_id, limited(full), "0")[1] == []
+    assert store.gate_admit(call, "b-0", limited(free, priority=1), "0")[1] == [("b-0", "test.limited")]
+    assert flight(store, call) == {"a-0", "b-0"}
+    assert store.gate_figures(call, 0).held == 120  # set aside is still held
+    store.gate_leave(call, [waiting[5]], final=True)  # cancelled while it waits
+    # The value frees: the first of those set aside runs next, then the next, in the order they came.
+    order = []
+    running = "a-0"
+    for _ in range(3):
+        (running, _), = store.gate_leave(call, [running], final=True)
+        order.append(running)
+    assert order == waiting[:3]
+    assert store.gate_figures(call, 0).held == 116
+    places = dict(zip(waiting[3:], (where for where, _ in store.gate_where(call, waiting[3:])), strict=True))
+    assert places.pop(waiting[5]) is None and set(places.values()) == {"h"}
+    # The value's count lost with its job in flight (a key expired, say): the tick puts the next one back.
+    store.redis.zrem(call.key("flight"), running)
+    store.redis.hdel(call.key("conc"), full)
+    assert store.gate_tick(call)[2] == [(waiting[3], "test.limited")]
+
+
 def test_a_retry_that_waits_gives_its_slot_to_a_held_job_at_once(store: RedisStore) -> None:
     call = gate_of(store, fallback=1)
     first, _ = submit(store, call)

@@ -5,7 +5,8 @@
 -- The dispatch gate: a job's message goes to the broker only while fewer than `cap` are in flight (sent and not
 -- finished); the others are held in `ready` (members '<owner>:<9 - priority>:<sequence>:<id>', all scored 0,
 -- so an owner's jobs sort by priority, then submission), and released owner by owner in turn (the ring: the
--- owner served longest ago first). `conc` counts the jobs in flight per concurrency value. A job's entry in
+-- owner served longest ago first); a held job met while its concurrency value is full is set aside in `ready` as
+-- '~<value>:<member>' until a job of that value ends. `conc` counts the jobs in flight per concurrency value. A job's entry in
 -- `jobs` is one string, 't|p|m|s|o|c|x' (no JSON to decode and encode on every call): t where it is (h held,
 -- d delayed, f in flight, x out: parked, between runs), p priority, m the concurrency max, s its sequence in
 -- `ready` ('' before its first hold; kept across re-admissions), o owner, c concurrency value ('' none), x the
@@ -135,26 +136,72 @@ local function gate_release(g, q, cttl, id, info, now, ttl, out, flying, fresh)
   end
 end
 
--- An owner's first held job whose concurrency value has room among its first `n`, dropping stale members: the
--- job's id and entry (nil: none), and the members read.
-local function gate_first(g, o, n)
-  local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, n)
-  for _, member in ipairs(members) do
-    local id = string.sub(member, #o + 18)  -- after '<owner>:<digit>:<13 digits>:'
-    local raw = redis.call('HGET', KEYS[g], id)
-    local this = raw and gate_info(raw)
-    if not this or this.t ~= 'h' then
-      redis.call('ZREM', KEYS[g + 7], member)
-    elseif conc_free(g, this) then
-      return id, this, members
-    end
-  end
-  return nil, nil, members
+-- A held job set aside while its concurrency value is full: its member in `ready`, moved out of its owner's range
+-- to '~<value>:<member>' (an owner's and a value's names in the gate are hex, so these sort after every owner's).
+local function aside(c, member)
+  return '~' .. c .. ':' .. member
 end
 
--- `due`: delayed jobs now due join their owners' queues first (the pump's tick; admissions and leaves leave them
--- to it). Then held jobs are released while there is room, one per owner per turn, each owner's first job whose
--- concurrency value has room (the first two are read; all 50 first only when both wait on their value).
+-- An owner's first held job whose concurrency value has room. Those ahead of it that wait on a full value are set
+-- aside (`aside`: gate_leave puts the first back when a job of its value leaves flight), so that a later read
+-- starts past them; stale members are dropped. Reads `n`, then 50 at a time while `budget` allows (jobs set aside,
+-- and at most 20 reads). Returns the job's id and entry (nil: none), and how many of the owner's jobs stay queued
+-- in what was read, the job's own included (one more when there may be more than were read).
+local function gate_first(g, o, n, budget)
+  for _ = 1, 20 do
+    local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, n)
+    local more = (#members == n) and 1 or 0
+    for i, member in ipairs(members) do
+      local id = string.sub(member, #o + 18)  -- after '<owner>:<digit>:<13 digits>:'
+      local raw = redis.call('HGET', KEYS[g], id)
+      local this = raw and gate_info(raw)
+      if not this or this.t ~= 'h' then
+        redis.call('ZREM', KEYS[g + 7], member)
+      elseif conc_free(g, this) then
+        return id, this, #members - i + 1 + more
+      elseif budget > 0 then
+        redis.call('ZREM', KEYS[g + 7], member)
+        redis.call('ZADD', KEYS[g + 7], 0, aside(this.c, member))
+        budget = budget - 1
+      else
+        return nil, nil, #members - i + 1 + more
+      end
+    end
+    if more == 0 then return nil, nil, 0 end
+    n = 50
+  end
+  return nil, nil, 1
+end
+
+-- Jobs set aside on a full value go back to their places in their owners' queues (their sequence kept, their owner
+-- in the ring): with `c`, the first of that value (a job of it left flight); with `c` nil, the first of each value
+-- that has room among the first `n` set aside (the tick's: a value freed by a path that put none back). Members
+-- whose job no longer waits are dropped.
+local function gate_restore(g, c, ttl, n)
+  local lo, hi = '[~', '+'
+  if c then lo, hi = '[' .. aside(c, ''), '(~' .. c .. ';' end
+  local seen = {}
+  for _, set in ipairs(redis.call('ZRANGEBYLEX', KEYS[g + 7], lo, hi, 'LIMIT', 0, n)) do
+    local value, member = string.match(set, '^~([^:]*):(.*)')
+    local id = string.match(member, '^[^:]*:%d:%d+:(.*)')
+    local raw = id and redis.call('HGET', KEYS[g], id)
+    local info = raw and gate_info(raw)
+    if not info or info.t ~= 'h' then
+      redis.call('ZREM', KEYS[g + 7], set)
+    elseif not seen[value] then
+      seen[value] = true
+      if c or conc_free(g, info) then
+        redis.call('ZREM', KEYS[g + 7], set)
+        gate_hold(g, id, info, ttl)
+        if c then return end
+      end
+    end
+  end
+end
+
+-- `due`: delayed jobs now due join their owners' queues first, and jobs set aside on a value that has room go back
+-- (the pump's tick; admissions and leaves leave them to it). Then held jobs are released while there is room, one
+-- per owner per turn, each owner's first job whose concurrency value has room (`gate_first`).
 -- `flying`: how many are in flight, when the caller knows.
 local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
   if due then
@@ -163,6 +210,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local raw = redis.call('HGET', KEYS[g], id)
       if raw then gate_hold(g, id, gate_info(raw), ttl) end
     end
+    gate_restore(g, nil, ttl, 100)
   end
   flying = flying or redis.call('ZCARD', KEYS[g + 3])
   local rounds, from = 0, 0
@@ -173,14 +221,14 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
     for i = 1, #ring, 2 do
       local o = ring[i]
       if flying >= cap then break end
-      local chosen, info, members = gate_first(g, o, 2)
-      if not chosen and #members == 2 and from == 0 then chosen, info, members = gate_first(g, o, 50) end
+      -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
+      local chosen, info, queued = gate_first(g, o, 2, from == 0 and 1000 or 0)
       if chosen then
         redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
         gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
         flying = flying + 1
         released = true
-        if #members == 1 then
+        if queued == 1 then
           redis.call('ZREM', KEYS[g + 1], o)
           -- A turn was taken all the same: newcomers from now on go behind those it passed.
           if #ring > 2 or from > 0 then redis.call('HINCRBY', KEYS[g + 2], 'turn', 1) end
@@ -190,7 +238,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
           local at = tonumber(ring[i + 1])
           if at - math.floor(at) == 0.25 then redis.call('ZADD', KEYS[g + 1], math.floor(at), o) end
         end
-      elseif #members == 0 then
+      elseif queued == 0 then
         redis.call('ZREM', KEYS[g + 1], o)
         dropped = dropped + 1
       end
@@ -243,11 +291,14 @@ local function gate_leave(g, id, final, ttl)
   local info = gate_info(raw)
   if info.t == 'f' then
     redis.call('ZREM', KEYS[g + 3], id)
-    if info.c ~= '' and tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then
-      redis.call('HDEL', KEYS[g + 8], info.c)
+    if info.c ~= '' then
+      if tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then redis.call('HDEL', KEYS[g + 8], info.c) end
+      gate_restore(g, info.c, ttl, 10)
     end
   elseif info.t == 'h' then
-    redis.call('ZREM', KEYS[g + 7], gate_member(id, info))
+    local member = gate_member(id, info)
+    if info.c == '' then redis.call('ZREM', KEYS[g + 7], member)
+    else redis.call('ZREM', KEYS[g + 7], member, aside(info.c, member)) end
   elseif info.t == 'd' then
     redis.call('ZREM', KEYS[g + 4], id)
   end
