@@ -170,5 +170,6 @@ def test_a_job_on_a_free_key_starts_while_its_owner_has_many_waiting_on_a_full_o
         hold.touch()
         wait_until(lambda: sum(e["event"] == "end" for e in ledger(book)) == 81, timeout=60)
     order = [int(e["tag"][3:]) for e in ledger(book) if e["event"] == "start" and e["tag"].startswith("c1:")]
-    # Sent in order; two run at once, so two sent together may start either way round.
-    assert sorted(order) == list(range(80)) and all(abs(n - k) <= 1 for k, n in enumerate(order)), order
+    # Sent in order; two run at once, so jobs sent close together may start in either order (a worker process
+    # that pops a message and is not scheduled at once), but none far from its place.
+    assert sorted(order) == list(range(80)) and all(abs(n - k) <= 3 for k, n in enumerate(order)), order

@@ -202,6 +202,79 @@ def test_an_owners_job_on_a_free_value_is_not_held_behind_its_jobs_on_a_full_one
     assert store.gate_tick(call)[2] == [(waiting[3], "test.limited")]
 
 
+def test_owners_waiting_on_one_full_value_take_turns_with_it(store: RedisStore) -> None:
+    """A value shared by owners (a limit on the whole operation): as it frees, each owner waiting on it gets its
+    turn, whatever their names; one that floods does not keep another waiting for its whole queue."""
+    call = gate_of(store, fallback=8)
+    shared = store.keys.gate_concurrency("test.limited", "")
+    first, second = sorted(["flood", "other", "third"][:2], key=store.keys.gate_owner)  # `first` sorts first
+
+    def limited(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.limited", shared, 1)
+
+    assert store.gate_admit(call, f"{first}-0", limited(first), "0")[1] == [(f"{first}-0", "test.limited")]
+    for i in range(1, 100):
+        assert store.gate_admit(call, f"{first}-{i}", limited(first), "0")[1] == []
+    assert store.gate_admit(call, f"{second}-0", limited(second), "0")[1] == []
+    running, order = f"{first}-0", []
+    for _ in range(4):
+        (running, _), = store.gate_leave(call, [running], final=True)
+        order.append(running)
+    assert f"{second}-0" in order[:2], order
+
+
+def set_aside(store: RedisStore, call: GateCall) -> list[str]:
+    return [str(m) for m in store.redis.zrangebylex(call.key("ready"), "[~", "+")]
+
+
+def test_a_job_put_back_and_cancelled_before_it_was_sent_hands_its_room_on(store: RedisStore) -> None:
+    """Its value's job ends while every slot is taken: the first set aside goes back but waits; it is cancelled
+    there, and the next set aside goes back in its stead (else nothing of that value would end to put it back)."""
+    call = gate_of(store, fallback=3)
+    value = store.keys.gate_concurrency("test.limited", '"v"')
+
+    def limited(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.limited", value, 1)
+
+    assert store.gate_admit(call, "f", limited("alice"), "0")[1] == [("f", "test.limited")]
+    for job_id in ("s1", "s2"):
+        assert store.gate_admit(call, job_id, limited("alice"), "0")[1] == []
+    assert len(set_aside(store, call)) == 2
+    for job_id in ("p1", "p2"):
+        assert store.gate_admit(call, job_id, gate_entry(store.keys.gate_owner("bob"), 5, "test.noop"), "0")[1]
+    store.gate_tick(call, "w", 2, 600_000)  # two slots now, three in flight
+    assert store.gate_leave(call, ["f"], final=True) == []  # s1 goes back, but no slot is free
+    assert len(set_aside(store, call)) == 1
+    store.gate_leave(call, ["s1"], final=True)  # cancelled while it waits
+    assert set_aside(store, call) == []
+    assert store.gate_leave(call, ["p1"], final=True) == [("s2", "test.limited")]
+
+
+def test_the_tick_walks_every_value_with_jobs_set_aside_in_turn(store: RedisStore) -> None:
+    """A value freed with nothing of it left to end is found by the tick, however many jobs wait set aside on a
+    full value that sorts before it."""
+    call = gate_of(store, fallback=500)
+    names = sorted(store.keys.gate_concurrency("test.limited", f'"{i}"') for i in range(200))
+    busy, freed = names[0], names[1:6]
+
+    def limited(value: str) -> str:
+        return gate_entry(store.keys.gate_owner("alice"), 5, "test.limited", value, 1)
+
+    assert store.gate_admit(call, "busy-run", limited(busy), "0")[1]
+    for i in range(150):
+        assert store.gate_admit(call, f"busy-{i}", limited(busy), "0")[1] == []
+    for i, value in enumerate(freed):
+        assert store.gate_admit(call, f"run-{i}", limited(value), "0")[1]
+        assert store.gate_admit(call, f"wait-{i}", limited(value), "0")[1] == []
+    assert len(set_aside(store, call)) == 155
+    # The freed values' counts lost with their jobs in flight: only the tick can find them.
+    store.redis.hdel(call.key("conc"), *freed)
+    store.redis.zrem(call.key("flight"), *(f"run-{i}" for i in range(5)))
+    released = {job for _ in range(2) for job, _ in store.gate_tick(call)[2]}
+    assert released == {f"wait-{i}" for i in range(5)}
+    assert len(set_aside(store, call)) == 150  # the busy value's, still full
+
+
 def test_a_retry_that_waits_gives_its_slot_to_a_held_job_at_once(store: RedisStore) -> None:
     call = gate_of(store, fallback=1)
     first, _ = submit(store, call)

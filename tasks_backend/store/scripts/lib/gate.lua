@@ -143,14 +143,15 @@ local function aside(c, member)
 end
 
 -- An owner's first held job whose concurrency value has room. Those ahead of it that wait on a full value are set
--- aside (`aside`: gate_leave puts the first back when a job of its value leaves flight), so that a later read
--- starts past them; stale members are dropped. Reads `n`, then 50 at a time while `budget` allows (jobs set aside,
--- and at most 20 reads). Returns the job's id and entry (nil: none), and how many of the owner's jobs stay queued
--- in what was read, the job's own included (one more when there may be more than were read).
+-- aside (`aside`: put back when a job of their value leaves flight), so that a later read starts past them, while
+-- `budget` allows (a table shared by one pump's calls: `budget.n` left); past it they are only passed over. Stale
+-- members are dropped. Reads `n`, then 50 at a time while it sets aside all it reads (at most 20 reads). Returns the
+-- job's id and entry (nil: none), and how many of the owner's jobs stay queued in what was read, the job's own
+-- included (one more when there may be more than were read).
 local function gate_first(g, o, n, budget)
   for _ = 1, 20 do
     local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, n)
-    local more = (#members == n) and 1 or 0
+    local more, passed = (#members == n) and 1 or 0, 0
     for i, member in ipairs(members) do
       local id = string.sub(member, #o + 18)  -- after '<owner>:<digit>:<13 digits>:'
       local raw = redis.call('HGET', KEYS[g], id)
@@ -158,45 +159,70 @@ local function gate_first(g, o, n, budget)
       if not this or this.t ~= 'h' then
         redis.call('ZREM', KEYS[g + 7], member)
       elseif conc_free(g, this) then
-        return id, this, #members - i + 1 + more
-      elseif budget > 0 then
+        return id, this, passed + #members - i + 1 + more
+      elseif budget.n > 0 then
         redis.call('ZREM', KEYS[g + 7], member)
         redis.call('ZADD', KEYS[g + 7], 0, aside(this.c, member))
-        budget = budget - 1
+        budget.n = budget.n - 1
       else
-        return nil, nil, #members - i + 1 + more
+        passed = passed + 1
       end
     end
-    if more == 0 then return nil, nil, 0 end
+    if passed > 0 or more == 0 then return nil, nil, passed + more end
     n = 50
   end
   return nil, nil, 1
 end
 
--- Jobs set aside on a full value go back to their places in their owners' queues (their sequence kept, their owner
--- in the ring): with `c`, the first of that value (a job of it left flight); with `c` nil, the first of each value
--- that has room among the first `n` set aside (the tick's: a value freed by a path that put none back). Members
--- whose job no longer waits are dropped.
-local function gate_restore(g, c, ttl, n)
-  local lo, hi = '[~', '+'
-  if c then lo, hi = '[' .. aside(c, ''), '(~' .. c .. ';' end
-  local seen = {}
-  for _, set in ipairs(redis.call('ZRANGEBYLEX', KEYS[g + 7], lo, hi, 'LIMIT', 0, n)) do
-    local value, member = string.match(set, '^~([^:]*):(.*)')
-    local id = string.match(member, '^[^:]*:%d:%d+:(.*)')
-    local raw = id and redis.call('HGET', KEYS[g], id)
-    local info = raw and gate_info(raw)
-    if not info or info.t ~= 'h' then
-      redis.call('ZREM', KEYS[g + 7], set)
-    elseif not seen[value] then
-      seen[value] = true
-      if c or conc_free(g, info) then
-        redis.call('ZREM', KEYS[g + 7], set)
-        gate_hold(g, id, info, ttl)
-        if c then return end
-      end
+-- The job a set-aside member names, when it still waits (else the member is dropped): its id and entry.
+local function set_aside_job(g, set, c)
+  local member = string.sub(set, #c + 3)
+  local id = string.match(member, '^[^:]*:%d:%d+:(.*)')
+  local raw = id and redis.call('HGET', KEYS[g], id)
+  local info = raw and gate_info(raw)
+  if info and info.t == 'h' then return id, info end
+  redis.call('ZREM', KEYS[g + 7], set)
+  return nil
+end
+
+-- Value `c` may have room (a job of it left flight or the gate, or one comes in): the first job set aside on `c`
+-- of each owner waiting on it (up to 64 owners) goes back to its place in its owner's queue (its sequence kept,
+-- its owner in the ring), so that the ring's turns, not the owners' names, decide who has the room; those not
+-- served are set aside again when next met. One read when none waits.
+local function gate_restore(g, c, ttl)
+  local from = '[' .. aside(c, '')
+  for _ = 1, 64 do
+    local first = redis.call('ZRANGEBYLEX', KEYS[g + 7], from, '(~' .. c .. ';', 'LIMIT', 0, 1)[1]
+    if not first then return end
+    local id, info = set_aside_job(g, first, c)
+    if id then
+      redis.call('ZREM', KEYS[g + 7], first)
+      gate_hold(g, id, info, ttl)
+      from = '[' .. aside(c, info.o .. ';')  -- past this owner's: ';' sorts right after ':'
     end
   end
+end
+
+-- The tick's: up to `n` values with jobs set aside, from where the last tick stopped (`aside` in `turns`), each put
+-- back when it has room (a value freed by a path that put none back: a job of it lost with its count's key, a
+-- process before this code, a job put back and cancelled before it was sent while every slot was taken).
+local function gate_restore_free(g, ttl, n)
+  local last = redis.call('HGET', KEYS[g + 2], 'aside')
+  local from = last and ('[~' .. last .. ';') or '[~'
+  local wrapped = not last
+  for _ = 1, n do
+    local set = redis.call('ZRANGEBYLEX', KEYS[g + 7], from, '+', 'LIMIT', 0, 1)[1]
+    if not set then
+      if wrapped then break end
+      from, wrapped = '[~', true
+    else
+      local c = string.match(set, '^~([^:]*):')
+      local id, info = set_aside_job(g, set, c)
+      if not id or conc_free(g, info) then gate_restore(g, c, ttl) end
+      from, last = '[~' .. c .. ';', c
+    end
+  end
+  if last then redis.call('HSET', KEYS[g + 2], 'aside', last) end
 end
 
 -- `due`: delayed jobs now due join their owners' queues first, and jobs set aside on a value that has room go back
@@ -210,10 +236,11 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local raw = redis.call('HGET', KEYS[g], id)
       if raw then gate_hold(g, id, gate_info(raw), ttl) end
     end
-    gate_restore(g, nil, ttl, 100)
+    gate_restore_free(g, ttl, 100)
   end
   flying = flying or redis.call('ZCARD', KEYS[g + 3])
   local rounds, from = 0, 0
+  local budget, none = {n = 1000}, {n = 0}  -- jobs set aside in this call, at most
   while flying < cap and rounds < 1000 do
     rounds = rounds + 1
     local released, dropped = false, 0
@@ -222,7 +249,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local o = ring[i]
       if flying >= cap then break end
       -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
-      local chosen, info, queued = gate_first(g, o, 2, from == 0 and 1000 or 0)
+      local chosen, info, queued = gate_first(g, o, 2, from == 0 and budget or none)
       if chosen then
         redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
         gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
@@ -274,6 +301,8 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
     redis.call('PEXPIRE', KEYS[g + 4], ttl)
     return true
   end
+  -- Jobs set aside on a value that has room (a value freed by a path that put none back) go first.
+  if info.c ~= '' and conc_free(g, info) then gate_restore(g, info.c, ttl) end
   local flying = redis.call('ZCARD', KEYS[g + 3])
   if flying < cap and redis.call('ZCARD', KEYS[g + 1]) == 0 and conc_free(g, info) then
     gate_release(g, q, cttl, id, info, now, ttl, out, flying, true)
@@ -293,12 +322,15 @@ local function gate_leave(g, id, final, ttl)
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' then
       if tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then redis.call('HDEL', KEYS[g + 8], info.c) end
-      gate_restore(g, info.c, ttl, 10)
+      gate_restore(g, info.c, ttl)
     end
   elseif info.t == 'h' then
     local member = gate_member(id, info)
     if info.c == '' then redis.call('ZREM', KEYS[g + 7], member)
-    else redis.call('ZREM', KEYS[g + 7], member, aside(info.c, member)) end
+    else
+      redis.call('ZREM', KEYS[g + 7], member, aside(info.c, member))
+      if conc_free(g, info) then gate_restore(g, info.c, ttl) end  -- it may have been put back to take that room
+    end
   elseif info.t == 'd' then
     redis.call('ZREM', KEYS[g + 4], id)
   end
