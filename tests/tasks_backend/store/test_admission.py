@@ -202,12 +202,13 @@ def test_an_owners_job_on_a_free_value_is_not_held_behind_its_jobs_on_a_full_one
     assert store.gate_tick(call)[2] == [(waiting[3], "test.limited")]
 
 
-def test_owners_waiting_on_one_full_value_take_turns_with_it(store: RedisStore) -> None:
+@pytest.mark.parametrize("flood_sorts_first", [True, False])
+def test_owners_waiting_on_one_full_value_take_turns_with_it(store: RedisStore, flood_sorts_first: bool) -> None:
     """A value shared by owners (a limit on the whole operation): as it frees, each owner waiting on it gets its
     turn, whatever their names; one that floods does not keep another waiting for its whole queue."""
     call = gate_of(store, fallback=8)
     shared = store.keys.gate_concurrency("test.limited", "")
-    first, second = sorted(["flood", "other", "third"][:2], key=store.keys.gate_owner)  # `first` sorts first
+    first, second = sorted(["flood", "other"], key=store.keys.gate_owner, reverse=not flood_sorts_first)
 
     def limited(owner: str) -> str:
         return gate_entry(store.keys.gate_owner(owner), 5, "test.limited", shared, 1)
@@ -216,11 +217,16 @@ def test_owners_waiting_on_one_full_value_take_turns_with_it(store: RedisStore) 
     for i in range(1, 100):
         assert store.gate_admit(call, f"{first}-{i}", limited(first), "0")[1] == []
     assert store.gate_admit(call, f"{second}-0", limited(second), "0")[1] == []
+    assert store.gate_admit(call, f"{second}-1", limited(second), "0")[1] == []
     running, order = f"{first}-0", []
-    for _ in range(4):
+    for _ in range(6):
         (running, _), = store.gate_leave(call, [running], final=True)
         order.append(running)
-    assert f"{second}-0" in order[:2], order
+    # One each in turn (whichever starts), each owner's in order.
+    assert sorted(order[:4]) == sorted([f"{first}-1", f"{first}-2", f"{second}-0", f"{second}-1"]), order
+    assert order[0].split("-")[0] != order[1].split("-")[0] != order[2].split("-")[0], order
+    assert [j for j in order if j.startswith(second)] == [f"{second}-0", f"{second}-1"]
+    assert [j for j in order if j.startswith(first)] == [f"{first}-{i}" for i in range(1, 5)]
 
 
 def set_aside(store: RedisStore, call: GateCall) -> list[str]:
@@ -252,10 +258,10 @@ def test_a_job_put_back_and_cancelled_before_it_was_sent_hands_its_room_on(store
 
 def test_the_tick_walks_every_value_with_jobs_set_aside_in_turn(store: RedisStore) -> None:
     """A value freed with nothing of it left to end is found by the tick, however many jobs wait set aside on a
-    full value that sorts before it."""
+    full value that sorts before it; a tick looks at 20 values, the next goes on from there."""
     call = gate_of(store, fallback=500)
     names = sorted(store.keys.gate_concurrency("test.limited", f'"{i}"') for i in range(200))
-    busy, freed = names[0], names[1:6]
+    busy, freed = names[0], names[1:26]
 
     def limited(value: str) -> str:
         return gate_entry(store.keys.gate_owner("alice"), 5, "test.limited", value, 1)
@@ -266,12 +272,14 @@ def test_the_tick_walks_every_value_with_jobs_set_aside_in_turn(store: RedisStor
     for i, value in enumerate(freed):
         assert store.gate_admit(call, f"run-{i}", limited(value), "0")[1]
         assert store.gate_admit(call, f"wait-{i}", limited(value), "0")[1] == []
-    assert len(set_aside(store, call)) == 155
+    assert len(set_aside(store, call)) == 175
     # The freed values' counts lost with their jobs in flight: only the tick can find them.
     store.redis.hdel(call.key("conc"), *freed)
-    store.redis.zrem(call.key("flight"), *(f"run-{i}" for i in range(5)))
-    released = {job for _ in range(2) for job, _ in store.gate_tick(call)[2]}
-    assert released == {f"wait-{i}" for i in range(5)}
+    store.redis.zrem(call.key("flight"), *(f"run-{i}" for i in range(25)))
+    first = {job for job, _ in store.gate_tick(call)[2]}
+    assert len(first) == 19  # the busy value and 19 others
+    second = {job for job, _ in store.gate_tick(call)[2]}
+    assert first | second == {f"wait-{i}" for i in range(25)}
     assert len(set_aside(store, call)) == 150  # the busy value's, still full
 
 

@@ -185,31 +185,43 @@ local function set_aside_job(g, set, c)
   return nil
 end
 
--- Value `c` may have room (a job of it left flight or the gate, or one comes in): the first job set aside on `c`
--- of each owner waiting on it (up to 64 owners) goes back to its place in its owner's queue (its sequence kept,
--- its owner in the ring), so that the ring's turns, not the owners' names, decide who has the room; those not
--- served are set aside again when next met. One read when none waits.
-local function gate_restore(g, c, ttl)
-  local from = '[' .. aside(c, '')
+-- Value `c` has room (a job of it left flight, or a held one left the gate): one job set aside on `c` goes back to
+-- its place in its owner's queue (its sequence kept, its owner in the ring), taking the owners waiting on `c` in
+-- turn (the field 'a<value>' of `turns` names the owner served last; dropped once none waits), each owner's first.
+-- `check`: only if `c` has room by the job's own max. Stale members are dropped on the way.
+local function gate_restore(g, c, ttl, check)
+  local field, hi = 'a' .. c, '(~' .. c .. ';'
+  local last = redis.call('HGET', KEYS[g + 2], field)
+  local from = '[' .. aside(c, last and (last .. ';') or '')
+  local wrapped = not last
   for _ = 1, 64 do
-    local first = redis.call('ZRANGEBYLEX', KEYS[g + 7], from, '(~' .. c .. ';', 'LIMIT', 0, 1)[1]
-    if not first then return end
-    local id, info = set_aside_job(g, first, c)
-    if id then
-      redis.call('ZREM', KEYS[g + 7], first)
-      gate_hold(g, id, info, ttl)
-      from = '[' .. aside(c, info.o .. ';')  -- past this owner's: ';' sorts right after ':'
+    local first = redis.call('ZRANGEBYLEX', KEYS[g + 7], from, hi, 'LIMIT', 0, 1)[1]
+    if not first then
+      if wrapped then
+        if last then redis.call('HDEL', KEYS[g + 2], field) end
+        return
+      end
+      from, wrapped = '[' .. aside(c, ''), true
+    else
+      local id, info = set_aside_job(g, first, c)
+      if id then
+        if check and not conc_free(g, info) then return end
+        redis.call('ZREM', KEYS[g + 7], first)
+        gate_hold(g, id, info, ttl)
+        redis.call('HSET', KEYS[g + 2], field, info.o)
+        return
+      end
     end
   end
 end
 
--- The tick's: up to `n` values with jobs set aside, from where the last tick stopped (`aside` in `turns`), each put
--- back when it has room (a value freed by a path that put none back: a job of it lost with its count's key, a
--- process before this code, a job put back and cancelled before it was sent while every slot was taken).
+-- The tick's: up to `n` values with jobs set aside, from where the last tick stopped (`aside` in `turns`), each
+-- given one job back when it has room (a value freed by a path that put none back: a job of it lost with its
+-- count's key, a process before this code).
 local function gate_restore_free(g, ttl, n)
   local last = redis.call('HGET', KEYS[g + 2], 'aside')
   local from = last and ('[~' .. last .. ';') or '[~'
-  local wrapped = not last
+  local wrapped, seen = not last, {}
   for _ = 1, n do
     local set = redis.call('ZRANGEBYLEX', KEYS[g + 7], from, '+', 'LIMIT', 0, 1)[1]
     if not set then
@@ -217,8 +229,9 @@ local function gate_restore_free(g, ttl, n)
       from, wrapped = '[~', true
     else
       local c = string.match(set, '^~([^:]*):')
-      local id, info = set_aside_job(g, set, c)
-      if not id or conc_free(g, info) then gate_restore(g, c, ttl) end
+      if seen[c] then break end  -- round once
+      seen[c] = true
+      gate_restore(g, c, ttl, true)
       from, last = '[~' .. c .. ';', c
     end
   end
@@ -236,7 +249,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local raw = redis.call('HGET', KEYS[g], id)
       if raw then gate_hold(g, id, gate_info(raw), ttl) end
     end
-    gate_restore_free(g, ttl, 100)
+    gate_restore_free(g, ttl, 20)
   end
   flying = flying or redis.call('ZCARD', KEYS[g + 3])
   local rounds, from = 0, 0
@@ -302,7 +315,7 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
     return true
   end
   -- Jobs set aside on a value that has room (a value freed by a path that put none back) go first.
-  if info.c ~= '' and conc_free(g, info) then gate_restore(g, info.c, ttl) end
+  if info.c ~= '' and conc_free(g, info) then gate_restore(g, info.c, ttl, true) end
   local flying = redis.call('ZCARD', KEYS[g + 3])
   if flying < cap and redis.call('ZCARD', KEYS[g + 1]) == 0 and conc_free(g, info) then
     gate_release(g, q, cttl, id, info, now, ttl, out, flying, true)
@@ -322,14 +335,14 @@ local function gate_leave(g, id, final, ttl)
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' then
       if tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then redis.call('HDEL', KEYS[g + 8], info.c) end
-      gate_restore(g, info.c, ttl)
+      gate_restore(g, info.c, ttl, true)
     end
   elseif info.t == 'h' then
     local member = gate_member(id, info)
     if info.c == '' then redis.call('ZREM', KEYS[g + 7], member)
     else
       redis.call('ZREM', KEYS[g + 7], member, aside(info.c, member))
-      if conc_free(g, info) then gate_restore(g, info.c, ttl) end  -- it may have been put back to take that room
+      if conc_free(g, info) then gate_restore(g, info.c, ttl, true) end  -- it may have been put back for that room
     end
   elseif info.t == 'd' then
     redis.call('ZREM', KEYS[g + 4], id)
