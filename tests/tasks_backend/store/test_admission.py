@@ -233,6 +233,37 @@ def set_aside(store: RedisStore, call: GateCall) -> list[str]:
     return [str(m) for m in store.redis.zrangebylex(call.key("ready"), "[~", "+")]
 
 
+def test_an_owners_jobs_on_one_value_keep_their_order_with_some_set_aside(store: RedisStore) -> None:
+    """A job of an owner admitted on a value after an earlier one of its own was set aside there does not pass it
+    when the value frees, whichever owner's job was put back."""
+    call = gate_of(store, fallback=2)
+    value = store.keys.gate_concurrency("test.limited", '"v"')
+    names = sorted(["alice", "bob", "carol", "dave"], key=store.keys.gate_owner)
+    b, a, x, y = names  # b's name sorts before a's: the value's first put-back is b's
+
+    def limited(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.limited", value, 1)
+
+    def plain(owner: str) -> str:
+        return gate_entry(store.keys.gate_owner(owner), 5, "test.noop")
+
+    sent = [job for job_id, entry in (("a0", limited(a)), ("a1", limited(a)), ("b1", limited(b)), ("x1", plain(x)),
+                                      ("a2", limited(a)), ("y1", plain(y)))
+            for job, _ in store.gate_admit(call, job_id, entry, "0")[1]]
+    assert sent == ["a0", "x1"]
+    running = {"a0", "x1"}
+    for _ in range(6):
+        if not running:
+            break
+        done = sorted(running)[0]
+        running.discard(done)
+        for job, _ in store.gate_leave(call, [done], final=True):
+            sent.append(job)
+            running.add(job)
+    mine = [job for job in sent if job.startswith("a")]
+    assert mine == ["a0", "a1", "a2"], sent
+
+
 def test_a_job_put_back_and_cancelled_before_it_was_sent_hands_its_room_on(store: RedisStore) -> None:
     """Its value's job ends while every slot is taken: the first set aside goes back but waits; it is cancelled
     there, and the next set aside goes back in its stead (else nothing of that value would end to put it back)."""

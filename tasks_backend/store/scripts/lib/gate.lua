@@ -142,6 +142,17 @@ local function aside(c, member)
   return '~' .. c .. ':' .. member
 end
 
+-- The job a set-aside member names, when it still waits (else the member is dropped): its id and entry.
+local function set_aside_job(g, set, c)
+  local member = string.sub(set, #c + 3)
+  local id = string.match(member, '^[^:]*:%d:%d+:(.*)')
+  local raw = id and redis.call('HGET', KEYS[g], id)
+  local info = raw and gate_info(raw)
+  if info and info.t == 'h' then return id, info end
+  redis.call('ZREM', KEYS[g + 7], set)
+  return nil
+end
+
 -- An owner's first held job whose concurrency value has room. Those ahead of it that wait on a full value are set
 -- aside (`aside`: put back when a job of their value leaves flight), so that a later read starts past them, while
 -- `budget` allows (a table shared by one pump's calls: `budget.n` left); past it they are only passed over. Stale
@@ -159,6 +170,17 @@ local function gate_first(g, o, n, budget)
       if not this or this.t ~= 'h' then
         redis.call('ZREM', KEYS[g + 7], member)
       elseif conc_free(g, this) then
+        if this.c ~= '' then  -- one of the owner's own set aside on this value came first: it goes
+          local earlier = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. aside(this.c, o .. ':'),
+            '(' .. aside(this.c, o .. ';'), 'LIMIT', 0, 1)[1]
+          if earlier and string.sub(earlier, #this.c + 3) < member then
+            local eid, einfo = set_aside_job(g, earlier, this.c)
+            if eid then
+              redis.call('ZREM', KEYS[g + 7], earlier)
+              return eid, einfo, passed + #members - i + 2 + more
+            end
+          end
+        end
         return id, this, passed + #members - i + 1 + more
       elseif budget.n > 0 then
         redis.call('ZREM', KEYS[g + 7], member)
@@ -172,17 +194,6 @@ local function gate_first(g, o, n, budget)
     n = 50
   end
   return nil, nil, 1
-end
-
--- The job a set-aside member names, when it still waits (else the member is dropped): its id and entry.
-local function set_aside_job(g, set, c)
-  local member = string.sub(set, #c + 3)
-  local id = string.match(member, '^[^:]*:%d:%d+:(.*)')
-  local raw = id and redis.call('HGET', KEYS[g], id)
-  local info = raw and gate_info(raw)
-  if info and info.t == 'h' then return id, info end
-  redis.call('ZREM', KEYS[g + 7], set)
-  return nil
 end
 
 -- Value `c` has room (a job of it left flight, or a held one left the gate): one job set aside on `c` goes back to
@@ -231,7 +242,8 @@ local function gate_restore_free(g, ttl, n)
       local c = string.match(set, '^~([^:]*):')
       if seen[c] then break end  -- round once
       seen[c] = true
-      gate_restore(g, c, ttl, true)
+      -- Only a value with nothing in flight: one with a job put back and not yet sent shows room too.
+      if not redis.call('HGET', KEYS[g + 8], c) then gate_restore(g, c, ttl, true) end
       from, last = '[~' .. c .. ';', c
     end
   end
