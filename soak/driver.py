@@ -24,7 +24,7 @@ from .services import Receiver
 TERMINAL = {"completed", "failed", "cancelled"}
 #: The mix: kind -> weight.
 MIX = {"steps": 34, "ask": 12, "cancel_queued": 8, "cancel_running": 8, "fail": 8, "dup": 10, "push": 20,
-       "delayed": 3, "nap": 3, "parent": 3}
+       "delayed": 3, "nap": 3, "parent": 3, "lane": 4}
 RETRY_S = 30.0  # how long a client keeps retrying one call through 503s and dropped connections
 INTERNAL_ERROR = -32603  # JSON-RPC's answer while the store is unreachable (HTTP says 503)
 
@@ -171,13 +171,15 @@ class Driver:
         with self.lock:
             self.jobs.append(job)
         steps = {"steps": params_rng.randint(2, 4), "pause": round(params_rng.uniform(0.02, 0.15), 3)}
-        if kind in ("steps", "dup", "push", "delayed"):
+        if kind in ("steps", "dup", "push", "delayed", "lane"):
             job.effects = tuple(f"s{i}" for i in range(1 if kind == "dup" else int(steps["steps"])))
         if kind == "steps":
             self._accept(job, self._submit(job, "soak.steps", steps))
         elif kind == "delayed":
             job.delay_s = params_rng.randint(2000, 5000) / 1000
             self._accept(job, self._submit(job, "soak.steps", steps, {"delayMs": int(job.delay_s * 1000)}))
+        elif kind == "lane":  # three lanes, one job of each at a time: most wait on a full value in the gate
+            self._accept(job, self._submit(job, "soak.lane", {**steps, "lane": f"l{params_rng.randrange(3)}"}))
         elif kind == "nap":
             job.sleep_s, job.effects = round(params_rng.uniform(5, 8), 2), ("s0", "s1")
             self._accept(job, self._submit(job, "soak.nap", {"seconds": job.sleep_s}))

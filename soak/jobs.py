@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from marshmallow import Schema, fields, validate
 
-from tasks_backend import JobContext, job
+from tasks_backend import Concurrency, JobContext, job
 from tasks_backend.running.context import PARK_MIN_S
 
 TTL_S = 3600
@@ -64,6 +64,20 @@ class StepsParams(Schema):
 
 @job("soak.steps", params=StepsParams, ttl=TTL_S, poll_interval=0.5, description="Recorded effects, one per step")
 def steps(ctx: JobContext, steps: int, pause: float, gate: str | None) -> dict[str, Any]:
+    return _steps(ctx, steps, pause, gate)
+
+
+class LaneParams(StepsParams):
+    lane = fields.String(required=True)
+
+
+@job("soak.lane", params=LaneParams, ttl=TTL_S, poll_interval=0.5, concurrency=Concurrency(max=1, key="lane"),
+     description="Recorded effects, one job per lane at a time")
+def lane(ctx: JobContext, steps: int, pause: float, gate: str | None, lane: str) -> dict[str, Any]:
+    return _steps(ctx, steps, pause, gate)
+
+
+def _steps(ctx: JobContext, steps: int, pause: float, gate: str | None) -> dict[str, Any]:
     for i in range(steps):
         ctx.sleep(pause)
         while i > 0 and gate and not os.path.exists(f"{gate}.{i}"):
