@@ -6,11 +6,11 @@
 -- finished); the others are held in `ready` (members '<owner>:<9 - priority>:<sequence>:<id>', all scored 0,
 -- so an owner's jobs sort by priority, then submission), and released owner by owner in turn (the ring: the
 -- owner served longest ago first); a held job met while its concurrency value is full is set aside in `ready` as
--- '~<value>:<member>' until a job of that value ends. `conc` counts the jobs in flight per concurrency value. A job's entry in
--- `jobs` is one string, 't|p|m|s|o|c|x' (no JSON to decode and encode on every call): t where it is (h held,
--- d delayed, f in flight, x out: parked, between runs), p priority, m the concurrency max, s its sequence in
--- `ready` ('' before its first hold; kept across re-admissions), o owner, c concurrency value ('' none), x the
--- message or operation, kept only while held or delayed (a re-admission passes it again).
+-- '~<value>:<member>' until a job of that value ends. `conc` counts the jobs in flight per concurrency value. A
+-- job's entry in `jobs` is one string, 't|p|m|s|o|c|x' (no JSON to decode and encode on every call): t where it
+-- is (h held, d delayed, f in flight, x out: parked, between runs), p priority, m the concurrency max, s its
+-- sequence in `ready` ('' before its first hold; kept across re-admissions), o owner, c concurrency value ('' none),
+-- x the message or operation, kept only while held or delayed (a re-admission passes it again).
 -- The slot total is cached in `turns` ('cap', -1: no worker published; 'capu': until when, the earliest expiry
 -- of a live worker's publish), so a call reads one hash, and recounts only when a publish expired.
 
