@@ -326,10 +326,11 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
     redis.call('PEXPIRE', KEYS[g + 4], ttl)
     return true
   end
+  local room = conc_free(g, info)
   -- Jobs set aside on a value that has room (a value freed by a path that put none back) go first.
-  if info.c ~= '' and conc_free(g, info) then gate_restore(g, info.c, ttl, true) end
+  if room and info.c ~= '' then gate_restore(g, info.c, ttl, true) end
   local flying = redis.call('ZCARD', KEYS[g + 3])
-  if flying < cap and redis.call('ZCARD', KEYS[g + 1]) == 0 and conc_free(g, info) then
+  if flying < cap and room and redis.call('ZCARD', KEYS[g + 1]) == 0 then
     gate_release(g, q, cttl, id, info, now, ttl, out, flying, true)
   else
     gate_hold(g, id, info, ttl)
