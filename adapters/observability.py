@@ -105,7 +105,7 @@ class _JobCollector(Collector):
         try:
             now = stats.redis_now_ms()
             figures = self.runtime.store.gate_figures(self.runtime.service.admission.call(), now)
-            oldest = stats.oldest_waiting_s(figures.oldest_in_flight, now)
+            oldest = stats.oldest_waiting_s(figures.oldest_in_flight, now, figures.oldest_bypassed)
         except Exception as exc:
             log.warning("dispatch gate metrics unavailable: %s", type(exc).__name__)
             return

@@ -63,7 +63,8 @@ class DispatchGate:
         push = None
         if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
             ttl = self.dispatcher.counter_ttl_due()
-            push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl))
+            push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl),
+                    self.store.keys.bypass_queue(self.settings.queue))
         return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
                         self._keys, push)
 
@@ -201,9 +202,10 @@ class DispatchGate:
         call = self.call()
         now, _, _ = self.store.gate_tick(call)
         stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s))
-        # And a step through the rest: a parked job that expires unanswered never reports back.
+        # And a step through the rest: a parked job that expires unanswered never reports back, nor does a job
+        # sent past the gate (bypassed) whose run's leave was lost.
         self._scan, seen = self.store.gate_scan(call, self._scan)
-        stale += [job_id for job_id, where in seen if where == "x"]
+        stale += [job_id for job_id, where in seen if where in ("x", "b")]
         states = self.store.states_of(stale)
         done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (
             JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)]

@@ -46,6 +46,9 @@ def celery_config(settings: Settings, *, consumer: bool = False) -> dict[str, An
         # seconds; a broker that is up but stalled holds the loop until it answers (Celery's default).
         # Everyone else (the web reading queue depths, Flower) times out like any other Redis call.
         "socket_timeout": None if consumer else settings.redis_socket_timeout_s,
+        # Kombu's default, written out: a worker reads the queue's own list before its priority-9 list, where a lone
+        # owner's jobs skip the dispatch gate to (`Keys.bypass_queue`).
+        "priority_steps": [0, 3, 6, 9],
         "socket_connect_timeout": 2,
         "socket_keepalive": True,
         "socket_keepalive_options": keepalive_options(),
@@ -240,10 +243,11 @@ class RedisDispatcher(CeleryDispatcher):
             pipe = self.broker.pipeline(transaction=False)
             pipe.get(self.pushes_key)
             pipe.llen(self.settings.queue)
-            pushed, waiting = pipe.execute()
+            pipe.llen(Keys.bypass_queue(self.settings.queue))  # a lone owner's jobs past the gate, counted too
+            pushed, waiting, bypassed = pipe.execute()
         except redis.RedisError as exc:
             raise DispatchUnavailable() from exc
-        return int(pushed or 0), int(waiting or 0)
+        return int(pushed or 0), int(waiting or 0) + int(bypassed or 0)
 
     def ping(self) -> bool:
         """Ask the connection the publishes use (and its fail-fast timeouts), not a new kombu one."""

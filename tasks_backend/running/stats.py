@@ -170,14 +170,20 @@ class JobStats:
             self.redis.zrem(key, *gone)
         return len(members) - len(gone)
 
-    def oldest_waiting_s(self, in_flight: list[tuple[str, int]], now_ms: int) -> float:
+    def oldest_waiting_s(self, in_flight: list[tuple[str, int]], now_ms: int, bypassed: str | None = None) -> float:
         """Seconds since the longest-waiting of `in_flight` ((job id, when sent to the broker) pairs, oldest first)
-        that no worker has started was sent; 0 when every one of them runs."""
+        that no worker has started was sent; 0 when every one of them runs. `bypassed`: the oldest job in the
+        bypass list, sent to the broker when it was made (see `Keys.bypass_queue`), which may have waited longer."""
+        waited = 0.0
         states = self.store.states_of([j for j, _ in in_flight])
         for (_, sent), state in zip(in_flight, states, strict=True):
             if state is JobState.QUEUED:
-                return max(0.0, (now_ms - sent) / 1000)
-        return 0.0
+                waited = max(0.0, (now_ms - sent) / 1000)
+                break
+        record = self.store.get(bypassed) if bypassed else None
+        if record is not None and record.state is JobState.QUEUED:
+            waited = max(waited, (now_ms - record.created_ms) / 1000)
+        return waited
 
     def snapshot(self) -> Snapshot:
         pipe = self.redis.pipeline(transaction=False)

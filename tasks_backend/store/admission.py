@@ -6,6 +6,7 @@ one hash tag per broker queue (`{gate:<queue>}`), so each script runs in one Red
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,21 +24,26 @@ Released = list[tuple[str, str]]
 class GateCall:
     """What every gate script takes first: the worker slots assumed while none are published,
     whether fair shares are on, the keys' TTL; and the broker queue and its push counter (with the counter's TTL to
-    renew, '' to leave it) when the broker is the store's Redis, so that releases are pushed in the script."""
+    renew, '' to leave it, and the bypass list, `Keys.bypass_queue`) when the broker is the store's Redis, so that
+    releases are pushed in the script."""
 
     fallback_slots: int
     fair: bool
     ttl_ms: int
     #: The gate's keys (`Keys.gate_keys`: one gate per broker queue).
     keys: tuple[str, ...]
-    push: tuple[str, str, str] | None = None
+    push: tuple[str, str, str, str] | None = None
 
     def head(self) -> list[Any]:
         return [self.fallback_slots, "1" if self.fair else "0", self.ttl_ms,
                 self.push[2] if self.push else ""]
 
     def all_keys(self) -> list[str]:
-        return [*self.keys, *(self.push[:2] if self.push else ())]
+        return [*self.keys, *self.push_keys()]
+
+    def push_keys(self) -> list[str]:
+        """The broker queue, its push counter and its bypass list, when the gate pushes (else none)."""
+        return [self.push[0], self.push[1], self.push[3]] if self.push else []
 
     def key(self, part: str) -> str:
         return self.keys[GATE_PARTS.index(part)]
@@ -118,8 +124,8 @@ class AdmissionStore(StorePart):
         return int(reply[0]), (int(float(reply[1])) if reply[1] not in ("", None) else None), pairs(reply[2:])
 
     def gate_where(self, call: GateCall, job_ids: Sequence[str]) -> list[tuple[str | None, float | None]]:
-        """Each job's place in the gate (h held, d delayed, f in flight, x out; None: unknown) and, in flight, since
-        when (Redis ms). One round trip."""
+        """Each job's place in the gate (h held, d delayed, f in flight, b sent past the gate to the broker, x out;
+        None: unknown) and, in flight, since when (Redis ms). One round trip."""
         if not job_ids:
             return []
         with redis_errors():
@@ -153,17 +159,21 @@ class AdmissionStore(StorePart):
             pipe.zrangebyscore(call.key("workers"), now_ms, "+inf")
             pipe.hgetall(call.key("slots"))
             pipe.zrange(call.key("flight"), 0, oldest - 1, withscores=True)
-            held, delayed, flight, workers, slots, first = pipe.execute()
+            if call.push:
+                pipe.lindex(call.push[3], -1)
+            held, delayed, flight, workers, slots, first, *bypass_head = pipe.execute()
         live = [str(w) for w in workers]
         return GateFigures(int(held), int(delayed), int(flight), len(live),
-                           sum(int(slots.get(w) or 0) for w in live), [(str(j), int(s)) for j, s in first])
+                           sum(int(slots.get(w) or 0) for w in live), [(str(j), int(s)) for j, s in first],
+                           message_job(bypass_head[0]) if bypass_head and bypass_head[0] else None)
 
 
 @dataclass(frozen=True)
 class GateFigures:
     """Jobs held (waiting for room: a worker slot or their concurrency value), delayed (waiting for their time)
     and in flight (sent to the broker, not finished); workers whose published slots still count, and their slots;
-    the longest in flight, oldest first, with when each was sent (Redis ms)."""
+    the longest in flight, oldest first, with when each was sent (Redis ms); the job of the oldest message in the
+    bypass list (a lone owner's jobs sent past the gate at their submit), if any."""
 
     held: int
     delayed: int
@@ -171,3 +181,12 @@ class GateFigures:
     workers: int
     slots: int
     oldest_in_flight: list[tuple[str, int]]
+    oldest_bypassed: str | None = None
+
+
+def message_job(message: str) -> str | None:
+    """The job id a broker message (`RedisDispatcher.message`) carries, or None for anything else."""
+    try:
+        return str(json.loads(message)["properties"]["correlation_id"])
+    except (ValueError, KeyError, TypeError):
+        return None

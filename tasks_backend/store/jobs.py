@@ -117,7 +117,7 @@ class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, Adm
         def build(p: Any) -> None:
             if self.single:
                 keys = [*job_keys, index, sweep, *([idem] if idem else []),
-                        *([push.queue, push.counter] if push else []), *(gpush[:2] if gpush else []),
+                        *([push.queue, push.counter] if push else []), *(gate.call.push_keys() if gate else []),
                         *(gate.call.keys if gate else [])]
                 message = push.item if push else ("1" if gpush else "")
                 counter_ttl = gpush[2] if gpush else (

@@ -183,6 +183,13 @@ class Keys:
         Redis, next to the list; see `RedisDispatcher`)."""
         return f"{self.prefix}:pushes:{queue}"
 
+    @staticmethod
+    def bypass_queue(queue: str) -> str:
+        """The broker list a lone owner's jobs skip the dispatch gate to (`scripts/lib/gate.lua`, the bypass): the
+        name Celery's Redis transport gives `queue`'s priority-9 messages, so that workers read it when `queue`'s
+        own list is empty. A broker list, like `queue`: kombu's, with no TTL."""
+        return f"{queue}\x06\x169"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
 

@@ -20,7 +20,7 @@ from tasks_backend.store.claims import ClaimTerms
 from tasks_backend.store.jobs import RedisStore
 from tests.conftest import wait_until
 
-ALICE = Principal("alice")
+ALICE, BOB = Principal("alice"), Principal("bob")
 
 
 def own_runtime(runtime: Runtime, **overrides: Any) -> Runtime:
@@ -138,9 +138,10 @@ def test_one_pass_looks_at_every_job_that_is_due(runtime: Runtime) -> None:
 
 
 def test_jobs_the_dispatch_gate_holds_are_not_republished(runtime: Runtime) -> None:
-    """Held jobs wait their turn in Redis: no message of theirs was ever sent, so none is lost."""
+    """Held jobs wait their turn in Redis: no message of theirs was ever sent, so none is lost. (Two owners: a lone
+    owner's jobs past the slots go to the broker, and another owner's job takes them back to be held.)"""
     rt = own_runtime(runtime, queued_grace_s=0.05, dispatch_slots=1)
-    jobs = [rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(3)]
+    jobs = [rt.service.submit(who, "test.noop", {})[0].id for who in (ALICE, ALICE, BOB)]
     broker = broker_of(rt)
     assert broker.llen(rt.settings.queue) == 1  # one slot: one job sent, two held
     rt.store.redis.zadd(rt.store.keys.sweep(), dict.fromkeys(jobs, 0))
@@ -171,10 +172,11 @@ def test_a_job_queued_again_but_never_admitted_goes_through_the_gate(runtime: Ru
     sweeper admits it, so that its run counts against the slots and its concurrency value, instead of publishing
     it past the gate."""
     rt = own_runtime(runtime, queued_grace_s=0.05, dispatch_slots=1)
-    first, second = (rt.service.submit(ALICE, "test.noop", {})[0].id for _ in range(2))
     call, broker = rt.service.admission.call(), broker_of(rt)
-    # The first job leaves the gate as a parked run does (the second takes the slot), and its message is gone.
+    # The first job leaves the gate as a parked run does, the second takes the slot, and their messages are gone.
+    first = rt.service.submit(ALICE, "test.noop", {})[0].id
     rt.store.gate_leave(call, [first], final=False)
+    second = rt.service.submit(ALICE, "test.noop", {})[0].id
     broker.delete(rt.settings.queue)
     assert [where for where, _ in rt.store.gate_where(call, [first, second])] == ["x", "f"]
     rt.store.redis.zadd(rt.store.keys.sweep(), {first: 0})

@@ -1,4 +1,5 @@
--- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue and its push counter when the broker is this Redis.
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter and its bypass list when the
+--       broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then job id, its
 --       entry ('' = what the gate knows of it), delay (ms from now, or '@' and Redis ms), whether it leaves flight
 --       first (a retry or a hand-back: the run that ends is the one in flight): '0' no, '@' and the Redis ms the
@@ -19,7 +20,7 @@ if string.sub(ARGV[8], 1, 1) == '@' then
   local since = redis.call('ZSCORE', KEYS[4], ARGV[5])
   if since and tonumber(since) > tonumber(string.sub(ARGV[8], 2)) then return {1} end
 end
-if leaves then gate_leave(1, ARGV[5], false, ttl) end
+if leaves then gate_leave(1, q, ARGV[5], false, ttl) end
 local info = nil
 if ARGV[6] ~= '' then info = gate_info(ARGV[6]) end
 local out = {}

@@ -1,5 +1,5 @@
--- KEYS: the job's own four (transition.lua's), then the gate's keys (`Keys.gate_keys`), then the broker queue and
---       its push counter when the broker is this Redis.
+-- KEYS: the job's own four (transition.lua's), then the gate's keys (`Keys.gate_keys`), then the broker queue,
+--       its push counter and its bypass list when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), '1' if the gate
 --       forgets the job (finished) or '0' (parked), the job id, then transition.lua's ARGV.
 -- A run's last transition (finished, or parked for input) and the gate's leave in one call, on a single Redis
@@ -14,8 +14,10 @@ local ttl = tonumber(ARGV[3])
 local q = nil
 if #KEYS > 13 then q = 14 end
 local now = tonumber(reply[3])
-gate_leave(5, ARGV[6], ARGV[5] == '1', ttl)
 local out = {}
-gate_pump(5, q, ARGV[4], now, gate_cap(5, now, ARGV[1], ARGV[2], ttl), ttl, out, false)
+-- A bypassed job (lib/gate.lua's gate_admit) was not counted in flight: its end makes no room to fill.
+if gate_leave(5, q, ARGV[6], ARGV[5] == '1', ttl) ~= 'b' then
+  gate_pump(5, q, ARGV[4], now, gate_cap(5, now, ARGV[1], ARGV[2], ttl), ttl, out, false)
+end
 for _, x in ipairs(out) do table.insert(reply, x) end
 return reply

@@ -1,4 +1,5 @@
--- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue and its push counter when the broker is this Redis.
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter and its bypass list when the
+--       broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then '1' if the
 --       gate forgets the jobs (finished) or '0' (parked: a later admission reuses what it knew), then job ids.
 -- Jobs leave flight (their runs ended), and the pump releases held jobs into the room they made (lib/gate.lua).
@@ -11,7 +12,7 @@ local now = clock()
 local ttl = tonumber(ARGV[3])
 local q = nil
 if #KEYS > 9 then q = 10 end
-for i = 6, #ARGV do gate_leave(1, ARGV[i], ARGV[5] == '1', ttl) end
+for i = 6, #ARGV do gate_leave(1, q, ARGV[i], ARGV[5] == '1', ttl) end
 local out = {}
 gate_pump(1, q, ARGV[4], now, gate_cap(1, now, ARGV[1], ARGV[2], ttl), ttl, out, false)
 return out

@@ -1,6 +1,6 @@
 -- KEYS: from position g (the caller's), the gate's keys in `Keys.gate_keys` order: g jobs, g+1 ring, g+2 turns,
---       g+3 flight, g+4 delayed, g+5 workers, g+6 slots, g+7 ready, g+8 conc; with `q` (nil: the caller
---       publishes what is released) the broker queue at q and its push counter at q+1 (the broker is this Redis).
+--       g+3 flight, g+4 delayed, g+5 workers, g+6 slots, g+7 ready, g+8 conc; with `q` (nil: the caller publishes
+--       what is released) the broker queue at q, its push counter at q+1, its bypass list at q+2 (this Redis).
 -- ARGV: none read; callers pass the values.
 -- The dispatch gate: a job's message goes to the broker only while fewer than `cap` are in flight (sent and not
 -- finished); the others are held in `ready` (members '<owner>:<9 - priority>:<sequence>:<id>', all scored 0,
@@ -14,11 +14,11 @@
 -- The slot total is cached in `turns` ('cap', -1: no worker published; 'capu': until when, the earliest expiry
 -- of a live worker's publish), so a call reads one hash, and recounts only when a publish expired.
 
--- Pushes `msg` onto the broker queue at KEYS[q] and counts it at KEYS[q + 1]. `cttl`: the counter's TTL when this
--- caller is due to renew it, else ''; a counter the push makes (it expired, or never was) gets `floor` at once,
--- so that it never lives without one until a renewal lengthens it.
-local function push_counted(q, msg, cttl, floor)
-  redis.call('LPUSH', KEYS[q], msg)
+-- Pushes `msg` onto the broker queue at KEYS[q] (or the list at KEYS[list]) and counts it at KEYS[q + 1].
+-- `cttl`: the counter's TTL when this caller is due to renew it, else ''; a counter the push makes (it expired, or
+-- never was) gets `floor` at once, so that it never lives without one until a renewal lengthens it.
+local function push_counted(q, msg, cttl, floor, list)
+  redis.call('LPUSH', KEYS[list or q], msg)
   if redis.call('INCR', KEYS[q + 1]) == 1 and cttl == '' then cttl = floor end
   if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
 end
@@ -82,6 +82,32 @@ local function conc_free(g, info)
   return tonumber(redis.call('HGET', KEYS[g + 8], info.c) or '0') < info.m
 end
 
+-- Owner `o` joins the ring (when not in it already).
+local function ring_join(g, o, ttl)
+  if redis.call('ZSCORE', KEYS[g + 1], o) then return end
+  -- A newcomer goes ahead of every owner served since the last turn began (turn - 0.5), and of an owner alone in
+  -- the ring (served last, and given no turn for it: see gate_pump), which is marked passed (its score's
+  -- fraction .25) until it is served again. Newcomers that come once one of those ahead was served (a turn
+  -- taken) or while it is alone and marked go behind it: a stream of owners with a job each cannot keep it
+  -- waiting for ever.
+  local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
+  local score
+  if #head == 2 then
+    local alone = tonumber(head[2])
+    local base = math.floor(alone)
+    if alone - base == 0.25 then
+      score = base + 0.5
+    else
+      score = base - 0.5
+      redis.call('ZADD', KEYS[g + 1], base + 0.25, head[1])
+    end
+  else
+    score = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0') - 0.5
+  end
+  redis.call('ZADD', KEYS[g + 1], score, o)
+  redis.call('PEXPIRE', KEYS[g + 1], ttl)
+end
+
 local function gate_hold(g, id, info, ttl)
   if info.s == '' then
     info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)
@@ -91,29 +117,24 @@ local function gate_hold(g, id, info, ttl)
   gate_put(g, id, info, ttl, true)
   redis.call('ZADD', KEYS[g + 7], 0, gate_member(id, info))
   redis.call('PEXPIRE', KEYS[g + 7], ttl)
-  if not redis.call('ZSCORE', KEYS[g + 1], info.o) then
-    -- A newcomer goes ahead of every owner served since the last turn began (turn - 0.5), and of an owner alone in
-    -- the ring (served last, and given no turn for it: see gate_pump), which is marked passed (its score's
-    -- fraction .25) until it is served again. Newcomers that come once one of those ahead was served (a turn
-    -- taken) or while it is alone and marked go behind it: a stream of owners with a job each cannot keep it
-    -- waiting for ever.
-    local head = redis.call('ZRANGE', KEYS[g + 1], 0, 1, 'WITHSCORES')
-    local score
-    if #head == 2 then
-      local alone = tonumber(head[2])
-      local base = math.floor(alone)
-      if alone - base == 0.25 then
-        score = base + 0.5
-      else
-        score = base - 0.5
-        redis.call('ZADD', KEYS[g + 1], base + 0.25, head[1])
-      end
-    else
-      score = tonumber(redis.call('HGET', KEYS[g + 2], 'turn') or '0') - 0.5
-    end
-    redis.call('ZADD', KEYS[g + 1], score, info.o)
-    redis.call('PEXPIRE', KEYS[g + 1], ttl)
+  ring_join(g, info.o, ttl)
+end
+
+-- A lone owner's bypass (see gate_admit) ends when another job needs the gate: the owner ('bo' in `turns`) joins
+-- the ring while jobs of its bypass still wait in the bypass list (the broker queue's priority-9 list, KEYS[q + 2],
+-- which workers read only when the queue's own list is empty), and takes turns from there like held jobs
+-- (gate_backlog). Returns true when no bypass is left (none, or its list is empty: it is forgotten). Applied twice,
+-- the owner is in the ring already.
+local function gate_bypass_end(g, q, ttl)
+  if not q then return true end
+  local bo = redis.call('HGET', KEYS[g + 2], 'bo')
+  if not bo then return true end
+  if redis.call('LLEN', KEYS[q + 2]) == 0 then
+    redis.call('HDEL', KEYS[g + 2], 'bo', 'bp')
+    return true
   end
+  ring_join(g, bo, ttl)
+  return false
 end
 
 -- `flying`: how many were in flight before (0: the set is made again, and given its TTL); `fresh` as gate_put's.
@@ -199,8 +220,9 @@ end
 -- Value `c` has room (a job of it left flight, or a held one left the gate): one job set aside on `c` goes back to
 -- its place in its owner's queue (its sequence kept, its owner in the ring), taking the owners waiting on `c` in
 -- turn (the field 'a<value>' of `turns` names the owner served last; dropped once none waits), each owner's first.
--- `check`: only if `c` has room by the job's own max. Stale members are dropped on the way.
-local function gate_restore(g, c, ttl, check)
+-- `check`: only if `c` has room by the job's own max. Stale members are dropped on the way. `q`: the broker
+-- queue's place in KEYS, as gate_release's (a job put back ends a bypass: gate_bypass_end).
+local function gate_restore(g, q, c, ttl, check)
   local field, hi = 'a' .. c, '(~' .. c .. ';'
   local last = redis.call('HGET', KEYS[g + 2], field)
   local from = '[' .. aside(c, last and (last .. ';') or '')
@@ -218,6 +240,7 @@ local function gate_restore(g, c, ttl, check)
       if id then
         if check and not conc_free(g, info) then return end
         redis.call('ZREM', KEYS[g + 7], first)
+        gate_bypass_end(g, q, ttl)
         gate_hold(g, id, info, ttl)
         redis.call('HSET', KEYS[g + 2], field, info.o)
         return
@@ -229,7 +252,7 @@ end
 -- The tick's: up to `n` values with jobs set aside, from where the last tick stopped (`aside` in `turns`), each
 -- given one job back when it has room (a value freed by a path that put none back: a job of it lost with its
 -- count's key, a process before this code).
-local function gate_restore_free(g, ttl, n)
+local function gate_restore_free(g, q, ttl, n)
   local last = redis.call('HGET', KEYS[g + 2], 'aside')
   local from = last and ('[~' .. last .. ';') or '[~'
   local wrapped, seen = not last, {}
@@ -243,11 +266,41 @@ local function gate_restore_free(g, ttl, n)
       if seen[c] then break end  -- round once
       seen[c] = true
       -- Only a value with nothing in flight: one with a job put back and not yet sent shows room too.
-      if not redis.call('HGET', KEYS[g + 8], c) then gate_restore(g, c, ttl, true) end
+      if not redis.call('HGET', KEYS[g + 8], c) then gate_restore(g, q, c, ttl, true) end
       from, last = '[~' .. c .. ';', c
     end
   end
   if last then redis.call('HSET', KEYS[g + 2], 'aside', last) end
+end
+
+-- The bypass owner's turn (gate_bypass_end): the oldest job of its bypass list goes to the end of the queue's own
+-- list and into flight, unless one of its held jobs has a higher priority. Returns whether a message was moved
+-- (false: none, the owner's held jobs are served instead), whether it was a bypassed job (counted in flight), and
+-- how many of the owner's jobs stay queued in the list, as gate_first's (its held jobs counted too when one was
+-- moved). An empty bypass list ends the bypass.
+local function gate_backlog(g, q, o, now, ttl, flying)
+  local left = redis.call('LLEN', KEYS[q + 2])
+  if left == 0 then
+    redis.call('HDEL', KEYS[g + 2], 'bo', 'bp')
+    return false, false, 0
+  end
+  local head = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, 1)[1]
+  local bp = tonumber(redis.call('HGET', KEYS[g + 2], 'bp'))
+  if head and 9 - tonumber(string.sub(head, #o + 2, #o + 2)) > bp then return false, false, 1 end
+  local msg = redis.call('RPOPLPUSH', KEYS[q + 2], KEYS[q])
+  local at = string.find(msg, '"correlation_id": "', 1, true)
+  local id = at and string.sub(msg, at + 19, string.find(msg, '"', at + 19, true) - 1)
+  local raw = id and redis.call('HGET', KEYS[g], id)
+  local info = raw and gate_info(raw)
+  local counted = false
+  if info and info.t == 'b' then
+    info.t = 'f'
+    gate_put(g, id, info, ttl, false)
+    redis.call('ZADD', KEYS[g + 3], now, id)
+    if flying == 0 then redis.call('PEXPIRE', KEYS[g + 3], ttl) end
+    counted = true
+  end
+  return true, counted, left + (head and 1 or 0)
 end
 
 -- `due`: delayed jobs now due join their owners' queues first, and jobs set aside on a value that has room go back
@@ -256,29 +309,42 @@ end
 -- `flying`: how many are in flight, when the caller knows.
 local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
   if due then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[g + 4], '-inf', now, 'LIMIT', 0, 500)) do
+    local ids = redis.call('ZRANGEBYSCORE', KEYS[g + 4], '-inf', now, 'LIMIT', 0, 500)
+    if #ids > 0 then gate_bypass_end(g, q, ttl) end
+    for _, id in ipairs(ids) do
       redis.call('ZREM', KEYS[g + 4], id)
       local raw = redis.call('HGET', KEYS[g], id)
       if raw then gate_hold(g, id, gate_info(raw), ttl) end
     end
-    gate_restore_free(g, ttl, 20)
+    gate_restore_free(g, q, ttl, 20)
   end
   flying = flying or redis.call('ZCARD', KEYS[g + 3])
-  local rounds, from = 0, 0
+  local rounds, from, bo = 0, 0, nil
   local budget, none = {n = 1000}, {n = 0}  -- jobs set aside in this call, at most
   while flying < cap and rounds < 1000 do
     rounds = rounds + 1
     local released, dropped = false, 0
     local ring = redis.call('ZRANGE', KEYS[g + 1], from, from + 63, 'WITHSCORES')
+    if bo == nil and #ring > 0 then bo = q and redis.call('HGET', KEYS[g + 2], 'bo') or false end
     for i = 1, #ring, 2 do
       local o = ring[i]
       if flying >= cap then break end
-      -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
-      local chosen, info, queued = gate_first(g, o, 2, from == 0 and budget or none)
-      if chosen then
-        redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
-        gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
-        flying = flying + 1
+      local chosen, info, queued, moved, counted, listed = nil, nil, 0, false, false, 0
+      if o == bo then moved, counted, listed = gate_backlog(g, q, o, now, ttl, flying) end
+      if moved then
+        queued = listed
+        if counted then flying = flying + 1 end
+      else
+        -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
+        chosen, info, queued = gate_first(g, o, 2, from == 0 and budget or none)
+        queued = queued + listed  -- jobs left in the bypass list keep the owner in the ring
+        if chosen then
+          redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
+          gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
+          flying = flying + 1
+        end
+      end
+      if moved or chosen then
         released = true
         if queued == 1 then
           redis.call('ZREM', KEYS[g + 1], o)
@@ -309,8 +375,17 @@ end
 -- Make a job runnable: straight to the broker when nothing is held and there is room, else held (or delayed
 -- `delay` ms) and the pump run. `info` nil: what the gate knows of the job from before (a re-admission, whose
 -- message `msg` the caller passes again). Returns false when the gate knows nothing of the job (the caller
--- publishes it as it is). A job already held, delayed or in flight is left as it is: applied twice, an
+-- publishes it as it is). A job already held, delayed, in flight or bypassed is left as it is: applied twice, an
 -- admission changes nothing more.
+-- The bypass: while one owner alone has jobs queued (nothing held), at one priority, with no concurrency limit,
+-- and the gate pushes to a broker queue in this Redis, its new jobs past the slots go to the bypass list at once
+-- (KEYS[q + 2]: the queue's priority-9 list in Celery's Redis transport, which a worker reads when the queue's own
+-- list is empty) with a small entry ('b': no message kept, not counted in flight), much as with fair shares off:
+-- such a job then costs the gate nothing more when its run ends. A re-admission (a retry, a resume) is held or
+-- sent as before (applied twice, a bypass would push twice). The first job that needs the gate again (another
+-- owner's, another priority, a concurrency limit, a delayed job now due, a job put back) ends the bypass
+-- (gate_bypass_end): what the gate sends from then on goes to the queue's own list, read first, and the bypass
+-- owner takes turns with the others from its bypass list (gate_backlog), as if those jobs had been held.
 local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
   local raw = redis.call('HGET', KEYS[g], id)
   if raw then
@@ -326,10 +401,25 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
     redis.call('PEXPIRE', KEYS[g + 4], ttl)
     return true
   end
+  local flying = redis.call('ZCARD', KEYS[g + 3])
+  local plain = q and info.c == '' and string.sub(info.x, 1, 1) == '{'
+  local by = plain and redis.call('HMGET', KEYS[g + 2], 'bo', 'bp')
+  local mine = plain and (not by[1] or (by[1] == info.o and tonumber(by[2]) == info.p))
+  if not mine and gate_bypass_end(g, q, ttl) and plain then mine, by = true, {false} end  -- that bypass was over
+  if mine and not raw and flying >= cap and redis.call('ZCARD', KEYS[g + 1]) == 0 then
+    local message = info.x
+    info.t = 'b'
+    gate_put(g, id, info, ttl, true)
+    push_counted(q, message, cttl, ttl, q + 2)
+    if not by[1] then
+      redis.call('HSET', KEYS[g + 2], 'bo', info.o, 'bp', info.p)
+      redis.call('PEXPIRE', KEYS[g + 2], ttl)
+    end
+    return true
+  end
   local room = conc_free(g, info)
   -- Jobs set aside on a value that has room (a value freed by a path that put none back) go first.
-  if room and info.c ~= '' then gate_restore(g, info.c, ttl, true) end
-  local flying = redis.call('ZCARD', KEYS[g + 3])
+  if room and info.c ~= '' then gate_restore(g, q, info.c, ttl, true) end
   if flying < cap and room and redis.call('ZCARD', KEYS[g + 1]) == 0 then
     gate_release(g, q, cttl, id, info, now, ttl, out, flying, true)
   else
@@ -339,23 +429,25 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
   return true
 end
 
--- The job leaves the gate's count: its run ended, parked or went back. `final`: the gate forgets it.
-local function gate_leave(g, id, final, ttl)
+-- The job leaves the gate's count: its run ended, parked or went back. `final`: the gate forgets it. `q` as
+-- gate_restore's. Returns where the job was (nil: unknown): a bypassed job ('b') made no room in flight.
+local function gate_leave(g, q, id, final, ttl)
   local raw = redis.call('HGET', KEYS[g], id)
-  if not raw then return end
+  if not raw then return nil end
   local info = gate_info(raw)
+  local was = info.t
   if info.t == 'f' then
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' then
       if tonumber(redis.call('HINCRBY', KEYS[g + 8], info.c, -1)) <= 0 then redis.call('HDEL', KEYS[g + 8], info.c) end
-      gate_restore(g, info.c, ttl, true)
+      gate_restore(g, q, info.c, ttl, true)
     end
   elseif info.t == 'h' then
     local member = gate_member(id, info)
     if info.c == '' then redis.call('ZREM', KEYS[g + 7], member)
     else
       redis.call('ZREM', KEYS[g + 7], member, aside(info.c, member))
-      if conc_free(g, info) then gate_restore(g, info.c, ttl, true) end  -- it may have been put back for that room
+      if conc_free(g, info) then gate_restore(g, q, info.c, ttl, true) end  -- it may have been put back for that room
     end
   elseif info.t == 'd' then
     redis.call('ZREM', KEYS[g + 4], id)
@@ -366,6 +458,7 @@ local function gate_leave(g, id, final, ttl)
     info.t = 'x'
     gate_put(g, id, info, ttl, false)
   end
+  return was
 end
 
 -- Every gate key's TTL renewed (the pump's tick: the hot paths set a TTL only where a key may be made anew).

@@ -1,0 +1,168 @@
+"""A lone owner's bypass of the dispatch gate (`scripts/lib/gate.lua`: `gate_admit`, `gate_bypass_end`,
+`gate_backlog`) against a real Redis that is also the broker: its jobs past the slots go straight to the bypass list
+(the queue's priority-9 list, read by workers after the queue's own), and once another job needs the gate the owner
+takes turns from that list as if its jobs had been held."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tasks_backend.model.domain import JobState
+from tasks_backend.running.admission import DispatchGate
+from tasks_backend.running.dispatch import RedisDispatcher
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.admission import GateCall
+from tests.conftest import make_settings, single_redis, wait_until
+
+SLOTS = 2
+
+
+@pytest.fixture
+def runtime(redis_base: str) -> Iterator[Runtime]:
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0))
+    gate = DispatchGate(rt.store, rt.dispatcher, rt.settings)
+    assert gate.inline, "the broker must be the store's own Redis"
+    rt.store.gate_tick(gate.call(), "worker", SLOTS, 600_000)  # the gate's cap: this worker's slots
+    yield rt
+    rt.store.redis.delete(rt.settings.queue, bypass(rt))
+
+
+def bypass(rt: Runtime) -> str:
+    return rt.store.keys.bypass_queue(rt.settings.queue)
+
+
+def call(rt: Runtime) -> GateCall:
+    return DispatchGate(rt.store, rt.dispatcher, rt.settings).call()
+
+
+def submit(rt: Runtime, owner: str, priority: int = 5, **timing: int) -> str:
+    record, _ = rt.service.submit(owner, "test.noop", {}, priority=priority, **timing)
+    return record.id
+
+
+def ids(rt: Runtime, key: str) -> list[str]:
+    """The job ids in a broker list, the next to be taken first."""
+    return [json.loads(m)["properties"]["correlation_id"] for m in reversed(rt.store.redis.lrange(key, 0, -1))]
+
+
+def queued(rt: Runtime) -> list[str]:
+    """The job ids in the order a worker takes them: the queue's own list, then the bypass list."""
+    return ids(rt, rt.settings.queue) + ids(rt, bypass(rt))
+
+
+def where(rt: Runtime, job_ids: list[str]) -> list[str | None]:
+    return [w for w, _ in rt.store.gate_where(call(rt), job_ids)]
+
+
+def left_the_queue(rt: Runtime) -> int:
+    """Messages that left the broker lists, as the sweeper counts them (pushed - waiting)."""
+    pushed, waiting = rt.dispatcher.backlog() or (0, 0)
+    return pushed - waiting
+
+
+def run(rt: Runtime, job_id: str) -> None:
+    """A worker takes `job_id`'s message and its run ends."""
+    for key in (rt.settings.queue, bypass(rt)):
+        for message in rt.store.redis.lrange(key, 0, -1):
+            if json.loads(message)["properties"]["correlation_id"] == job_id:
+                rt.store.redis.lrem(key, 1, message)
+                rt.store.gate_leave(call(rt), [job_id], final=True)
+                return
+    raise AssertionError(f"{job_id} is not in the broker")
+
+
+def drain(rt: Runtime) -> list[str]:
+    """Runs every queued job, the next first, until none is left: the order they were taken in."""
+    order: list[str] = []
+    while waiting := queued(rt):
+        order.append(waiting[0])
+        run(rt, waiting[0])
+    return order
+
+
+def test_the_bypass_list_is_the_one_workers_read_after_the_queues_own(runtime: Runtime) -> None:
+    assert isinstance(runtime.dispatcher, RedisDispatcher)
+    with runtime.dispatcher.app.connection_for_read() as conn:
+        channel = conn.default_channel
+        assert channel._q_for_pri(runtime.settings.queue, 9) == bypass(runtime)
+        assert channel.priority_steps[0] == 0 and channel.priority_steps[-1] == 9
+
+
+def test_a_lone_owners_jobs_past_the_slots_skip_the_gate_and_their_ends_cost_it_nothing(runtime: Runtime) -> None:
+    jobs = [submit(runtime, "alice") for _ in range(10)]
+    assert ids(runtime, runtime.settings.queue) == jobs[:SLOTS] and ids(runtime, bypass(runtime)) == jobs[SLOTS:]
+    assert where(runtime, jobs) == ["f"] * SLOTS + ["b"] * (10 - SLOTS)
+    gate = call(runtime)
+    assert runtime.store.redis.zcard(gate.key("ready")) == 0
+    # A bypassed job's end makes no room in flight (it was never counted there) and is forgotten.
+    run(runtime, jobs[2])
+    assert where(runtime, [jobs[2]]) == [None] and queued(runtime) == jobs[:2] + jobs[3:]
+    assert runtime.store.redis.zcard(gate.key("flight")) == SLOTS
+    assert drain(runtime) == jobs[:2] + jobs[3:]
+    assert left_the_queue(runtime) == 10
+
+
+def test_another_owners_job_goes_ahead_of_the_bypass_list_and_they_take_turns(runtime: Runtime) -> None:
+    alice = [submit(runtime, "alice") for _ in range(10)]
+    bob = [submit(runtime, "bob") for _ in range(3)]
+    more = submit(runtime, "alice")  # the bypass is over: held, behind the jobs in the list
+    assert where(runtime, [*bob, more]) == ["h"] * 4
+    assert queued(runtime) == alice
+    run(runtime, alice[0])
+    assert ids(runtime, runtime.settings.queue) == [alice[1], bob[0]]  # the newcomer first
+    # Then turn by turn: each of alice's from her bypass list (moved to the queue's own list, into flight).
+    assert drain(runtime) == [alice[1], bob[0], alice[2], bob[1], alice[3], bob[2], *alice[4:], more]
+    assert left_the_queue(runtime) == 14
+
+
+def test_once_its_list_is_empty_another_owner_alone_skips_the_gate_in_turn(runtime: Runtime) -> None:
+    alice = [submit(runtime, "alice") for _ in range(4)]
+    for job_id in alice[SLOTS:]:  # her bypass list runs dry; her first two still take the slots
+        run(runtime, job_id)
+    bob = [submit(runtime, "bob", priority=3) for _ in range(3)]
+    assert where(runtime, bob) == ["b"] * 3
+    assert drain(runtime) == alice[:SLOTS] + bob
+
+
+def test_a_higher_priority_of_the_same_owner_goes_ahead_of_its_bypass_list(runtime: Runtime) -> None:
+    low = [submit(runtime, "alice", priority=1) for _ in range(8)]
+    urgent = submit(runtime, "alice", priority=9)
+    assert where(runtime, [urgent]) == ["h"]
+    run(runtime, low[0])
+    assert ids(runtime, runtime.settings.queue) == [low[1], urgent]
+    assert drain(runtime) == [low[1], urgent, *low[SLOTS:]]
+
+
+def test_a_delayed_job_now_due_ends_the_bypass(runtime: Runtime) -> None:
+    alice = [submit(runtime, "alice") for _ in range(6)]
+    bob = submit(runtime, "bob", delay_ms=1)
+    assert where(runtime, [bob]) == ["d"]
+    wait_until(lambda: runtime.store.gate_tick(call(runtime)) and where(runtime, [bob]) == ["h"],
+               message="the delayed job was held")
+    run(runtime, alice[0])
+    assert ids(runtime, runtime.settings.queue) == [alice[1], bob]
+    assert drain(runtime) == [alice[1], bob, *alice[SLOTS:]]
+
+
+def test_a_bypassed_job_that_parks_is_admitted_again_by_the_rules(runtime: Runtime) -> None:
+    alice = [submit(runtime, "alice") for _ in range(4)]
+    parked = alice[2]
+    runtime.store.redis.rpop(bypass(runtime))  # a worker took it, and its run parks
+    runtime.store.gate_leave(call(runtime), [parked], final=False)
+    assert where(runtime, [parked]) == ["x"]
+    DispatchGate(runtime.store, runtime.dispatcher, runtime.settings).resume(parked, "test.noop")
+    assert where(runtime, [parked]) == ["h"]  # the slots are taken: held, not sent past the gate again
+    assert queued(runtime) == [alice[0], alice[1], alice[3]]
+    assert drain(runtime) == [alice[0], alice[1], alice[3], parked]
+
+
+def test_the_sweeper_forgets_a_bypassed_job_whose_runs_end_was_lost(runtime: Runtime) -> None:
+    alice = [submit(runtime, "alice") for _ in range(4)]
+    lost = alice[3]
+    runtime.store.redis.hset(runtime.store.keys.job(lost), "state", JobState.COMPLETED.value)
+    gate = DispatchGate(runtime.store, runtime.dispatcher, runtime.settings)
+    wait_until(lambda: gate.prune() >= 0 and where(runtime, [lost]) == [None], message="the entry was pruned")
+    assert where(runtime, alice[:3]) == ["f", "f", "b"]
