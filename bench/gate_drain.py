@@ -2,13 +2,16 @@
 
 Usage: python -m bench.gate_drain [--jobs 3000] [--rounds 4] [--slots 2] [--redis-server PATH]
 
-One owner's jobs are held (more than the slots), then drained as a worker would: each round pops the next message
-from the broker's list and ends a run, whose leave lets the next held job in (`gate/leave.lua`, the gate's part of
-a run's last transition). Alternated with it, the baseline: a script that does nothing, called with the same keys
-and arguments (what any script call costs). Printed per round and as medians: Redis's time in scripts and its CPU
-per job, and their ratio to the baseline. The runner row of `bench.run --only dispatch` measures the same work
-inside a real drain, where two shared cores make each step cost two to three times as much and the machine's drift
-moves the ratio by more than the gate costs; this is the figure a change to the gate's scripts is judged by.
+One owner's jobs are held (more than the slots; made held as delayed jobs that came due, since a lone owner's new
+jobs would skip the gate), then drained as a worker would: each round pops the next message from the broker's list
+and ends a run, whose leave lets the next held job in (`gate/leave.lua`, the gate's part of a run's last
+transition). Then the same owner's jobs as a lone owner's submit makes them: past the slots, sent to the bypass list
+(`Keys.bypass_queue`), whose runs' ends only drop their entries. Alternated with them, the baseline: a script that
+does nothing, called with the same keys and arguments (what any script call costs). Printed per round and as
+medians: Redis's time in scripts and its CPU per job, and their ratio to the baseline. The runner row of `bench.run
+--only dispatch` measures the same work inside a real drain, where two shared cores make each step cost two to three
+times as much and the machine's drift moves the ratio by more than the gate costs; this is the figure a change to
+the gate's scripts is judged by.
 """
 
 from __future__ import annotations
@@ -44,30 +47,29 @@ def redis_cpu_s(client: Any) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
-def drain(runtime: Runtime, jobs: int) -> Drained:
-    """`jobs` held jobs of one owner, then drained one run's end at a time; measured over the drain only."""
+def drain(runtime: Runtime, jobs: int, *, lone: bool = False) -> Drained:
+    """`jobs` jobs of one owner, held (`lone`: as a lone owner's submit sends them, mostly past the gate), then
+    drained one run's end at a time, the queue's own list read first as a worker does; measured over the drain
+    only."""
     gate, store = runtime.service.admission, runtime.store
     call = gate.call()
     assert call.push is not None, "the broker must be the store's Redis: the gate pushes in its scripts"
-    queue, client = call.push[0], store.redis
-    client.delete(queue)
+    queue, bypass, client = call.push[0], call.push[3], store.redis
+    client.delete(queue, bypass)
     owner = store.keys.gate_owner(f"drain-{uuid.uuid4().hex[:8]}")
-    ids = [str(uuid.uuid4()) for _ in range(jobs)]
+    ids = sorted(str(uuid.uuid4()) for _ in range(jobs))  # delayed jobs due in one ms are held in id order
     for job_id in ids:
-        store.gate_admit(call, job_id, gate_entry(owner, 5, gate.message(job_id, "bench.noop")), "0")
-    in_flight = [job_id for job_id in ids if store.gate_where(call, [job_id])[0][0] == "f"]
+        store.gate_admit(call, job_id, gate_entry(owner, 5, gate.message(job_id, "bench.noop")), "0" if lone else "1")
+    while not lone and client.zcard(call.key("delayed")):
+        store.gate_tick(call)  # due: held in submission order (the first `slots` sent)
     popped: list[str] = []
     scripts_before, cpu_before = script_usec(client), redis_cpu_s(client)
-    while in_flight:
-        message = client.rpop(queue)  # the worker's fetch
-        done = in_flight.pop(0)
+    for done in ids:
+        message = client.rpop(queue) or client.rpop(bypass)  # the worker's fetch
         if message is None or done not in str(message):
             raise RuntimeError(f"the gate sent {message!r:.80} where job {done} was next")
         popped.append(done)
         store.gate_leave(call, [done], final=True)
-        released = len(popped) + len(in_flight)
-        if released < jobs:
-            in_flight.append(ids[released])
     return Drained((script_usec(client) - scripts_before) / jobs, (redis_cpu_s(client) - cpu_before) * 1e6 / jobs,
                    popped)
 
@@ -105,18 +107,21 @@ def main(argv: list[str] | None = None) -> int:
         client = redis.Redis.from_url(server.url)
         version, allocator = client.info("server")["redis_version"], client.info("memory")["mem_allocator"]
         print(f"gate drain: {args.jobs} jobs a round, {args.slots} slots; Redis {version} ({allocator}), AOF on")
-        gated, empty = [], []
+        gated, lone, empty = [], [], []
         for n in range(args.rounds):
             empty.append(empty_calls(runtime, args.jobs))
             gated.append(drain(runtime, args.jobs))
-            print(f"  round {n + 1}: gate {gated[-1].script_us:.1f} us in scripts, {gated[-1].cpu_us:.1f} us CPU; "
+            lone.append(drain(runtime, args.jobs, lone=True))
+            print(f"  round {n + 1}: held {gated[-1].script_us:.1f} us in scripts, {gated[-1].cpu_us:.1f} us CPU; "
+                  f"lone owner {lone[-1].script_us:.1f}, {lone[-1].cpu_us:.1f}; "
                   f"empty call {empty[-1].script_us:.1f}, {empty[-1].cpu_us:.1f}")
-        rows = {"in scripts": ([d.script_us for d in gated], [d.script_us for d in empty]),
-                "Redis CPU": ([d.cpu_us for d in gated], [d.cpu_us for d in empty])}
-        for name, (ours, base) in rows.items():
-            ratio = statistics.median(a / b for a, b in zip(ours, base, strict=True))
-            print(f"Redis us per drained job, {name}: gate {statistics.median(ours):.1f}, "
-                  f"empty call {statistics.median(base):.1f}, ratio {ratio:.2f}x")
+        for side, drained in (("held", gated), ("lone owner", lone)):
+            rows = {"in scripts": ([d.script_us for d in drained], [d.script_us for d in empty]),
+                    "Redis CPU": ([d.cpu_us for d in drained], [d.cpu_us for d in empty])}
+            for name, (ours, base) in rows.items():
+                ratio = statistics.median(a / b for a, b in zip(ours, base, strict=True))
+                print(f"Redis us per drained job, {side}, {name}: gate {statistics.median(ours):.1f}, "
+                      f"empty call {statistics.median(base):.1f}, ratio {ratio:.2f}x")
     finally:
         server.stop()
     return 0

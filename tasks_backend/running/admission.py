@@ -64,7 +64,7 @@ class DispatchGate:
         if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
             ttl = self.dispatcher.counter_ttl_due()
             push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl),
-                    self.store.keys.bypass_queue(self.settings.queue))
+                    self.store.keys.bypass_queue(self.settings.queue), self.dispatcher.bypass_pushes_key)
         return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
                         self._keys, push)
 

@@ -105,6 +105,10 @@ class Dispatcher(Protocol):
         cannot tell; the sweeper tells a job waiting behind others from one whose message was lost."""
         ...
 
+    def bypass_backlog(self) -> tuple[int, int] | None:
+        """The same of the bypass list (`Keys.bypass_queue`), where the broker has one, else None."""
+        ...
+
 
 class CeleryDispatcher:
     """Publishes by task name; the message carries only the job id (params stay in Redis)."""
@@ -126,6 +130,9 @@ class CeleryDispatcher:
 
     def backlog(self) -> tuple[int, int] | None:
         return None  # the sweeper falls back to republishing with a time backoff
+
+    def bypass_backlog(self) -> tuple[int, int] | None:
+        return None
 
     def ping(self) -> bool:
         try:
@@ -169,6 +176,7 @@ class RedisDispatcher(CeleryDispatcher):
         self._headers["ignore_result"] = True
         self._delivery_info = {"exchange": "", "routing_key": settings.queue}
         self.pushes_key = Keys(settings.key_prefix).queue_pushes(settings.queue)
+        self.bypass_pushes_key = Keys(settings.key_prefix).queue_pushes(Keys.bypass_queue(settings.queue))
         self._ttl_renewed = -PUSHES_TTL_RENEW_S
         self.pushes_key_ttl_ms = int(settings.max_ttl_s * 1000) + 86_400_000
         self._envelope = self._template()
@@ -243,11 +251,20 @@ class RedisDispatcher(CeleryDispatcher):
             pipe = self.broker.pipeline(transaction=False)
             pipe.get(self.pushes_key)
             pipe.llen(self.settings.queue)
-            pipe.llen(Keys.bypass_queue(self.settings.queue))  # a lone owner's jobs past the gate, counted too
-            pushed, waiting, bypassed = pipe.execute()
+            pushed, waiting = pipe.execute()
         except redis.RedisError as exc:
             raise DispatchUnavailable() from exc
-        return int(pushed or 0), int(waiting or 0) + int(bypassed or 0)
+        return int(pushed or 0), int(waiting or 0)
+
+    def bypass_backlog(self) -> tuple[int, int] | None:
+        try:
+            pipe = self.broker.pipeline(transaction=False)
+            pipe.get(self.bypass_pushes_key)
+            pipe.llen(Keys.bypass_queue(self.settings.queue))
+            pushed, waiting = pipe.execute()
+        except redis.RedisError as exc:
+            raise DispatchUnavailable() from exc
+        return int(pushed or 0), int(waiting or 0)
 
     def ping(self) -> bool:
         """Ask the connection the publishes use (and its fail-fast timeouts), not a new kombu one."""

@@ -61,15 +61,16 @@ class Sweeper:
 
     def _sweep(self, now: int, due: list[tuple[str, str]], counts: dict[str, int], interval_ms: int) -> None:
         try:
-            backlog = self.dispatcher.backlog()
+            backlog, bypass_backlog = self.dispatcher.backlog(), self.dispatcher.bypass_backlog()
         except DispatchUnavailable:
-            backlog = None
+            backlog = bypass_backlog = None
         # Held and delayed jobs wait their turn (no message of theirs is lost); a job just released gets the grace.
         grace_ms = int(self.settings.queued_grace_s * 1000)
         waiting: list[tuple[str, str, int | None]] = []
         kept: list[tuple[str, str]] = []
         places = self.store.gate_where(self.admission.call(), [j for j, _ in due])
         out_of_gate = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where == "x"}
+        bypassed = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where == "b"}
         for (job_id, score), (where, since) in zip(due, places, strict=True):
             if where in ("h", "d"):
                 waiting.append((job_id, score, now + 2 * grace_ms))
@@ -82,13 +83,13 @@ class Sweeper:
             self.store.settle_sweep(waiting)
         if not (due := kept):
             return
-        replies = self.store.sweep_many(
-            [job_id for job_id, _ in due], grace_ms=int(self.settings.queued_grace_s * 1000),
-            max_attempts=self.settings.max_attempts, backlog=backlog,
-            abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
-                                        "running it was lost each time.", "type": "WorkerLost"})
+        # A job sent past the gate waits in the bypass list, read after the queue's own: it is counted against that
+        # list's pushes (the two lists together are not first in, first out).
+        replies = {**self._look([j for j, _ in due if j not in bypassed], backlog, bypassed=False),
+                   **self._look([j for j, _ in due if j in bypassed], bypass_backlog, bypassed=True)}
         settled: list[tuple[str, str, int | None]] = []
-        for (job_id, score), (swept, when, operation) in zip(due, replies, strict=True):
+        for job_id, score in due:
+            swept, when, operation = replies[job_id]
             action = "orphan" if swept is Swept.REPUBLISH and self._orphan(job_id) else swept.value
             counts[action] = counts.get(action, 0) + 1
             if action == Swept.REPUBLISH and job_id in out_of_gate:
@@ -103,6 +104,15 @@ class Sweeper:
                     when = now + interval_ms
             settled.append((job_id, score, when if action in (Swept.REPUBLISH, Swept.LATER) else None))
         self.store.settle_sweep(settled)
+
+    def _look(self, job_ids: list[str], backlog: tuple[int, int] | None, *,
+              bypassed: bool) -> dict[str, tuple[Swept, int, str]]:
+        replies = self.store.sweep_many(
+            job_ids, grace_ms=int(self.settings.queued_grace_s * 1000), max_attempts=self.settings.max_attempts,
+            backlog=backlog, bypassed=bypassed,
+            abandoned_error={"message": f"Gave up after {self.settings.max_attempts} attempts: the worker "
+                                        "running it was lost each time.", "type": "WorkerLost"})
+        return dict(zip(job_ids, replies, strict=True))
 
     def _fail_dead_letters(self, dead_letters: DeadLetters, counts: dict[str, int]) -> None:
         """RabbitMQ dead-letters a message past its delivery limit; its job is failed here (see `rabbitmq`)."""

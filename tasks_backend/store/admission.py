@@ -24,15 +24,15 @@ Released = list[tuple[str, str]]
 class GateCall:
     """What every gate script takes first: the worker slots assumed while none are published,
     whether fair shares are on, the keys' TTL; and the broker queue and its push counter (with the counter's TTL to
-    renew, '' to leave it, and the bypass list, `Keys.bypass_queue`) when the broker is the store's Redis, so that
-    releases are pushed in the script."""
+    renew, '' to leave it, and the bypass list, `Keys.bypass_queue`, with its push counter) when the broker is the
+    store's Redis, so that releases are pushed in the script."""
 
     fallback_slots: int
     fair: bool
     ttl_ms: int
     #: The gate's keys (`Keys.gate_keys`: one gate per broker queue).
     keys: tuple[str, ...]
-    push: tuple[str, str, str, str] | None = None
+    push: tuple[str, str, str, str, str] | None = None
 
     def head(self) -> list[Any]:
         return [self.fallback_slots, "1" if self.fair else "0", self.ttl_ms,
@@ -42,8 +42,9 @@ class GateCall:
         return [*self.keys, *self.push_keys()]
 
     def push_keys(self) -> list[str]:
-        """The broker queue, its push counter and its bypass list, when the gate pushes (else none)."""
-        return [self.push[0], self.push[1], self.push[3]] if self.push else []
+        """The broker queue, its push counter, its bypass list and that list's push counter, when the gate pushes
+        (else none)."""
+        return [self.push[0], self.push[1], self.push[3], self.push[4]] if self.push else []
 
     def key(self, part: str) -> str:
         return self.keys[GATE_PARTS.index(part)]

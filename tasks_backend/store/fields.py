@@ -52,6 +52,10 @@ FIELDS: tuple[Field, ...] = (
     Field("mark", "the queue's push count when the sweeper first looked at the queued job",
           "sweep_one; claim drops it"),
     Field("gone", "since when the job's message has left the queue, Redis ms", "sweep_one; claim drops it"),
+    Field("bmark", "as `mark`, for a job sent past the dispatch gate: the bypass list's push count",
+          "sweep_one; claim drops it"),
+    Field("bgone", "as `gone`, for a job sent past the dispatch gate: since when it left the bypass list",
+          "sweep_one; claim drops it"),
     Field("runat", "the time the job may start, Redis ms (a submit's runAt)", "submit, create"),
     Field("delay", "ms after `created` the job may start (a submit's delayMs)", "submit, create"),
     Field("prio", "the job's priority, 0-9 (absent: 5)", "submit, create"),
@@ -71,7 +75,7 @@ BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 OWNER, STATE, TOKEN, CANCELLED_TOKEN, LEASE, WORKER = "owner", "state", "token", "ctok", "lease", "worker"
 OPERATION = "op"
 #: What a claim drops of the hash it read: the last run's message and the sweeper's marks of the last queueing.
-CLAIM_DROPS = ("msg", "mark", "gone")
+CLAIM_DROPS = ("msg", "mark", "gone", "bmark", "bgone")
 
 
 def created_record(job_id: str, new: Mapping[str, str], created_ms: int) -> JobRecord:

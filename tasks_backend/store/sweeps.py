@@ -29,17 +29,19 @@ class SweepSchedule(StorePart):
         return int(reply[0]), [(str(reply[i]), str(reply[i + 1])) for i in range(1, len(reply), 2)]
 
     def sweep_many(self, job_ids: Sequence[str], *, grace_ms: int, max_attempts: int,
-                   abandoned_error: dict[str, Any], backlog: tuple[int, int] | None) -> list[tuple[Swept, int, str]]:
+                   abandoned_error: dict[str, Any], backlog: tuple[int, int] | None,
+                   bypassed: bool = False) -> list[tuple[Swept, int, str]]:
         """Look at each job (one script each, one round trip): (action, when due next, operation) each,
         with action republish | later | done | gone. `backlog` is (messages ever pushed to the queue,
-        messages waiting in it) for a broker that can tell, else None."""
+        messages waiting in it) for a broker that can tell, else None; `bypassed`: the jobs were sent past
+        the dispatch gate, and `backlog` is the bypass list's."""
         error = json.dumps(abandoned_error)
         pushed, waiting = ("", "") if backlog is None else backlog
 
         def build(p: Any) -> None:
             for job_id in job_ids:
                 self._eval(p, "sweep_one", self.keys.job_keys(job_id), new_request_id(), grace_ms, max_attempts,
-                           error, pushed, waiting)
+                           error, pushed, waiting, "b" if bypassed else "")
 
         return [(Swept(a), int(float(w)), str(o)) for a, w, o in self._run(build)] if job_ids else []
 

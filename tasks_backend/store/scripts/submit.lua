@@ -1,6 +1,6 @@
 -- KEYS: job, feed, owner index, sweep schedule, then the idempotency key if ARGV[3] is not '', then the queue and
---       the push counter if ARGV[5] is not '' (and the bypass list with the gate), then the gate's keys
---       (`Keys.gate_keys`) if ARGV[7] is not ''.
+--       the push counter if ARGV[5] is not '' (and the bypass list and its counter with the gate), then the gate's
+--       keys (`Keys.gate_keys`) if ARGV[7] is not ''.
 -- ARGV: job id, max ttl ms (the owner index's and the schedule's ttl, and how far back the index keeps jobs), idem
 --       value ('' = no key), sweep delay ms, message to push ('' = none; with the gate, any other value says the
 --       queue is given and the message is in the info), push counter ttl ms ('' = leave it), the job's gate entry
@@ -27,7 +27,7 @@ local held = index_owner(3, idem, ARGV[1], ARGV[2], ARGV[3], ARGV[12], ARGV[2], 
 if held then return {created, held} end
 schedule(4, ARGV[2], {ARGV[4], ARGV[1]}, t)
 local q
-if ARGV[5] ~= '' then q = k; k = k + (ARGV[7] ~= '' and 3 or 2) end
+if ARGV[5] ~= '' then q = k; k = k + (ARGV[7] ~= '' and 4 or 2) end
 if ARGV[7] ~= '' then
   local now = clock(t)
   local out = {}

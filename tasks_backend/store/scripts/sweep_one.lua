@@ -1,6 +1,7 @@
 -- KEYS: job, feed, steps, answers.
 -- ARGV: request id, queued grace ms, max attempts, abandoned error json, messages ever pushed to the
---       job's queue and messages waiting in it now ('' and '' when the broker does not say).
+--       job's queue and messages waiting in it now ('' and '' when the broker does not say), then 'b' when
+--       those are the bypass list's (a job sent past the dispatch gate, lib/gate.lua), else ''.
 -- Returns {action, when (Redis ms), operation}: republish | later | done | gone.
 --
 -- A queued job is republished only when its message was lost, not when it waits behind others. With
@@ -11,7 +12,9 @@
 -- a worker's fetch window). Other brokers: republish after grace, 2x grace, 4x grace, ...
 -- Uses: job
 
-local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', 'mark', 'rq', 'gone')
+-- A job's marks in the bypass list and in the queue are kept apart: its message may move from one to the other.
+local markf, gonef = (ARGV[7] or '') .. 'mark', (ARGV[7] or '') .. 'gone'
+local h = redis.call('HMGET', KEYS[1], 'state', 'lease', 'attempts', 'updated', 'repub', 'op', markf, 'rq', gonef)
 local state = h[1]
 if not state then return {'gone', 0, ''} end
 local again = replayed(h[8], ARGV[1])
@@ -32,7 +35,7 @@ if state == $QUEUED then
     if mark == nil or mark > pushed then
       -- First look (or the counter started again): messages still waiting may include this one.
       if left < pushed then
-        redis.call('HSET', KEYS[1], 'mark', ms(pushed))
+        redis.call('HSET', KEYS[1], markf, ms(pushed))
         return {'later', ms(now + grace), h[6]}
       end
     elseif left < mark then
@@ -40,11 +43,11 @@ if state == $QUEUED then
     end
     local gone = tonumber(h[9])
     if gone == nil then
-      redis.call('HSET', KEYS[1], 'gone', ms(now))
+      redis.call('HSET', KEYS[1], gonef, ms(now))
       return {'later', ms(now + grace), h[6]}
     end
     if gone + grace > now then return {'later', ms(gone + grace), h[6]} end
-    redis.call('HDEL', KEYS[1], 'mark', 'gone')
+    redis.call('HDEL', KEYS[1], 'mark', 'gone', 'bmark', 'bgone')
     return remember({'republish', ms(now + grace), h[6]})
   end
   local repub = tonumber(h[5] or 0)
@@ -63,6 +66,6 @@ if tonumber(h[3] or 0) >= tonumber(ARGV[3]) then
   return remember({'done', 0, h[6]})
 end
 redis.call('HSET', KEYS[1], 'state', $QUEUED, 'updated', ms(now), 'msg', 'Worker lost; requeued.', 'repub', 0)
-redis.call('HDEL', KEYS[1], 'lease', 'worker', 'mark', 'gone')
+redis.call('HDEL', KEYS[1], 'lease', 'worker', 'mark', 'gone', 'bmark', 'bgone')
 emit(ms(now), false)
 return remember({'republish', ms(now + grace), h[6]})

@@ -122,7 +122,8 @@ def test_a_gate_that_pushes_itself_pushes_only_broker_messages(store: RedisStore
     queue = f"q-{uuid.uuid4().hex[:8]}"
     keys = tuple(store.keys.gate_keys(queue))
     kept_by_other = GateCall(1, True, 600_000, keys)
-    pushing = GateCall(1, True, 600_000, keys, (queue, f"{queue}:pushes", "", store.keys.bypass_queue(queue)))
+    pushing = GateCall(1, True, 600_000, keys, (queue, f"{queue}:pushes", "", store.keys.bypass_queue(queue),
+                                                        f"{queue}:bypass-pushes"))
     message = json.dumps({"body": "", "headers": {"id": "m", "shadow": "test.noop"}})
     _, first = store.gate_admit(kept_by_other, "a", info(store, "test.noop"), "0")
     assert first == [("a", "test.noop")]

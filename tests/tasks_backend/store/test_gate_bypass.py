@@ -57,10 +57,10 @@ def where(rt: Runtime, job_ids: list[str]) -> list[str | None]:
     return [w for w, _ in rt.store.gate_where(call(rt), job_ids)]
 
 
-def left_the_queue(rt: Runtime) -> int:
-    """Messages that left the broker lists, as the sweeper counts them (pushed - waiting)."""
-    pushed, waiting = rt.dispatcher.backlog() or (0, 0)
-    return pushed - waiting
+def counts(rt: Runtime) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """(messages ever pushed, messages waiting) of the queue's own list and of the bypass list, as the sweeper reads
+    them (a job moved from the bypass list to the queue's own left the one and was pushed to the other)."""
+    return rt.dispatcher.backlog(), rt.dispatcher.bypass_backlog()
 
 
 def run(rt: Runtime, job_id: str) -> None:
@@ -102,7 +102,61 @@ def test_a_lone_owners_jobs_past_the_slots_skip_the_gate_and_their_ends_cost_it_
     assert where(runtime, [jobs[2]]) == [None] and queued(runtime) == jobs[:2] + jobs[3:]
     assert runtime.store.redis.zcard(gate.key("flight")) == SLOTS
     assert drain(runtime) == jobs[:2] + jobs[3:]
-    assert left_the_queue(runtime) == 10
+    assert counts(runtime) == ((2, 0), (8, 0))
+
+
+def test_a_lone_owners_new_job_follows_its_bypass_list_even_when_a_slot_is_free(runtime: Runtime) -> None:
+    jobs = [submit(runtime, "alice") for _ in range(6)]
+    run(runtime, jobs[0])  # a slot in flight is free, while her bypassed jobs still wait
+    later = submit(runtime, "alice")
+    assert where(runtime, [later]) == ["b"]
+    assert drain(runtime) == [*jobs[1:], later]
+
+
+def test_the_sweeper_does_not_take_a_bypassed_job_for_lost_while_the_other_list_moves(redis_base: str) -> None:
+    """The two lists together are not first in, first out: counted against both, a job deep in the bypass list
+    looked lost once as many messages had left the queue's own list as were pushed when it was first looked at."""
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
+                                     queued_grace_s=0.05))
+    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    alice = [submit(rt, "alice") for _ in range(8)]
+    watched = alice[-1]
+
+    def look() -> dict[str, int]:
+        rt.store.redis.zadd(rt.store.keys.sweep(), {watched: 0})
+        return rt.sweeper().sweep_once()
+
+    wait_until(lambda: look().get("later"), message="the sweeper's first look at the bypassed job")
+    bob = [submit(rt, "bob") for _ in range(3)]
+    for job_id in [alice[0], alice[1], bob[0], alice[2], bob[1], alice[3], bob[2], alice[4]]:
+        assert queued(rt)[0] == job_id
+        run(rt, job_id)
+    looks: list[dict[str, int]] = []
+    for _ in range(4):  # past the grace, twice over
+        wait_until(lambda: looks.append(look()) or looks[-1] != {}, message="a look")
+    assert not any(seen.get("republish") for seen in looks), looks
+    assert ids(rt, rt.settings.queue) == alice[5:7] and ids(rt, bypass(rt)) == [watched]
+    rt.store.redis.delete(rt.settings.queue, bypass(rt))
+
+
+def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(redis_base: str) -> None:
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
+                                     queued_grace_s=0.05))
+    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    alice = [submit(rt, "alice") for _ in range(4)]
+    lost = alice[3]
+    rt.store.redis.lpop(bypass(rt))  # its message, lost in a worker's fetch window
+
+    def look() -> dict[str, int]:
+        rt.store.redis.zadd(rt.store.keys.sweep(), {lost: 0})
+        return rt.sweeper().sweep_once()
+
+    wait_until(lambda: look().get("later"), message="the sweeper's first look")
+    assert lost not in queued(rt)
+    run(rt, alice[2])  # the one ahead of it left the bypass list: so did its own, which no worker claimed
+    wait_until(lambda: look().get("republish"), message="the lost message republished")
+    assert queued(rt).count(lost) == 1
+    rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
 def test_another_owners_job_goes_ahead_of_the_bypass_list_and_they_take_turns(runtime: Runtime) -> None:
@@ -115,7 +169,7 @@ def test_another_owners_job_goes_ahead_of_the_bypass_list_and_they_take_turns(ru
     assert ids(runtime, runtime.settings.queue) == [alice[1], bob[0]]  # the newcomer first
     # Then turn by turn: each of alice's from her bypass list (moved to the queue's own list, into flight).
     assert drain(runtime) == [alice[1], bob[0], alice[2], bob[1], alice[3], bob[2], *alice[4:], more]
-    assert left_the_queue(runtime) == 14
+    assert counts(runtime) == ((2 + 3 + 8 + 1, 0), (8, 0))
 
 
 def test_once_its_list_is_empty_another_owner_alone_skips_the_gate_in_turn(runtime: Runtime) -> None:
@@ -156,7 +210,8 @@ def test_a_bypassed_job_that_parks_is_admitted_again_by_the_rules(runtime: Runti
     DispatchGate(runtime.store, runtime.dispatcher, runtime.settings).resume(parked, "test.noop")
     assert where(runtime, [parked]) == ["h"]  # the slots are taken: held, not sent past the gate again
     assert queued(runtime) == [alice[0], alice[1], alice[3]]
-    assert drain(runtime) == [alice[0], alice[1], alice[3], parked]
+    # Its place among alice's is the one it was given when sent past the gate: ahead of those after it.
+    assert drain(runtime) == [alice[0], alice[1], parked, alice[3]]
 
 
 def test_the_sweeper_forgets_a_bypassed_job_whose_runs_end_was_lost(runtime: Runtime) -> None:

@@ -1,6 +1,6 @@
--- KEYS: from position g (the caller's), the gate's keys in `Keys.gate_keys` order: g jobs, g+1 ring, g+2 turns,
---       g+3 flight, g+4 delayed, g+5 workers, g+6 slots, g+7 ready, g+8 conc; with `q` (nil: the caller publishes
---       what is released) the broker queue at q, its push counter at q+1, its bypass list at q+2 (this Redis).
+-- KEYS: from position g (the caller's), the gate's keys in `Keys.gate_keys` order (g jobs, g+1 ring, g+2 turns,
+--       g+3 flight, g+4 delayed, g+5 workers, g+6 slots, g+7 ready, g+8 conc); with `q` (nil: the caller publishes)
+--       the broker queue at q, its counter q+1, its bypass list q+2 and that list's counter q+3 (this Redis).
 -- ARGV: none read; callers pass the values.
 -- The dispatch gate: a job's message goes to the broker only while fewer than `cap` are in flight (sent and not
 -- finished); the others are held in `ready` (members '<owner>:<9 - priority>:<sequence>:<id>', all scored 0,
@@ -14,13 +14,15 @@
 -- The slot total is cached in `turns` ('cap', -1: no worker published; 'capu': until when, the earliest expiry
 -- of a live worker's publish), so a call reads one hash, and recounts only when a publish expired.
 
--- Pushes `msg` onto the broker queue at KEYS[q] (or the list at KEYS[list]) and counts it at KEYS[q + 1].
--- `cttl`: the counter's TTL when this caller is due to renew it, else ''; a counter the push makes (it expired, or
--- never was) gets `floor` at once, so that it never lives without one until a renewal lengthens it.
-local function push_counted(q, msg, cttl, floor, list)
-  redis.call('LPUSH', KEYS[list or q], msg)
-  if redis.call('INCR', KEYS[q + 1]) == 1 and cttl == '' then cttl = floor end
-  if cttl ~= '' then redis.call('PEXPIRE', KEYS[q + 1], cttl) end
+-- Pushes `msg` onto the broker queue at KEYS[q] and counts it at KEYS[q + 1] (`b`: onto the bypass list at
+-- KEYS[q + 2], counted at KEYS[q + 3]; `msg` nil: the message is there already, only counted). `cttl`: the
+-- counter's TTL when this caller is due to renew it, else ''; a counter the push makes (it expired, or never was)
+-- gets `floor` at once, so that it never lives without one until a renewal lengthens it.
+local function push_counted(q, msg, cttl, floor, b)
+  local list = b and q + 2 or q
+  if msg then redis.call('LPUSH', KEYS[list], msg) end
+  if redis.call('INCR', KEYS[list + 1]) == 1 and cttl == '' then cttl = floor end
+  if cttl ~= '' then redis.call('PEXPIRE', KEYS[list + 1], cttl) end
 end
 
 -- A delay as callers pass it: ms from now, or '@' and an absolute time (Redis ms).
@@ -274,33 +276,38 @@ local function gate_restore_free(g, q, ttl, n)
 end
 
 -- The bypass owner's turn (gate_bypass_end): the oldest job of its bypass list goes to the end of the queue's own
--- list and into flight, unless one of its held jobs has a higher priority. Returns whether a message was moved
--- (false: none, the owner's held jobs are served instead), whether it was a bypassed job (counted in flight), and
--- how many of the owner's jobs stay queued in the list, as gate_first's (its held jobs counted too when one was
--- moved). An empty bypass list ends the bypass.
-local function gate_backlog(g, q, o, now, ttl, flying)
+-- list (counted as a push there: it left the bypass list) and into flight, unless one of its held jobs comes first
+-- (a higher priority, or the same and an earlier place: a job that waited and came back). Returns whether a message
+-- was moved (false: none, the owner's held jobs are served instead), whether it was a bypassed job (counted in
+-- flight), and how many of the owner's jobs stay queued in the list, as gate_first's (its held jobs counted too when
+-- one was moved). An empty bypass list ends the bypass.
+local function gate_backlog(g, q, cttl, o, now, ttl, flying)
   local left = redis.call('LLEN', KEYS[q + 2])
   if left == 0 then
     redis.call('HDEL', KEYS[g + 2], 'bo', 'bp')
     return false, false, 0
   end
-  local head = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, 1)[1]
-  local bp = tonumber(redis.call('HGET', KEYS[g + 2], 'bp'))
-  if head and 9 - tonumber(string.sub(head, #o + 2, #o + 2)) > bp then return false, false, 1 end
-  local msg = redis.call('RPOPLPUSH', KEYS[q + 2], KEYS[q])
+  local msg = redis.call('LINDEX', KEYS[q + 2], -1)
   local at = string.find(msg, '"correlation_id": "', 1, true)
   local id = at and string.sub(msg, at + 19, string.find(msg, '"', at + 19, true) - 1)
   local raw = id and redis.call('HGET', KEYS[g], id)
   local info = raw and gate_info(raw)
-  local counted = false
-  if info and info.t == 'b' then
+  if info and info.t ~= 'b' then info = nil end
+  local head = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, 1)[1]
+  if head then
+    local bp = tonumber(redis.call('HGET', KEYS[g + 2], 'bp'))
+    local hp, hs = 9 - tonumber(string.sub(head, #o + 2, #o + 2)), tonumber(string.sub(head, #o + 4, #o + 16))
+    if hp > bp or (hp == bp and info and hs < (tonumber(info.s) or 0)) then return false, false, 1 end
+  end
+  redis.call('RPOPLPUSH', KEYS[q + 2], KEYS[q])
+  push_counted(q, nil, cttl, ttl)
+  if info then
     info.t = 'f'
     gate_put(g, id, info, ttl, false)
     redis.call('ZADD', KEYS[g + 3], now, id)
     if flying == 0 then redis.call('PEXPIRE', KEYS[g + 3], ttl) end
-    counted = true
   end
-  return true, counted, left + (head and 1 or 0)
+  return true, info ~= nil, left + (head and 1 or 0)
 end
 
 -- `due`: delayed jobs now due join their owners' queues first, and jobs set aside on a value that has room go back
@@ -330,7 +337,7 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
       local o = ring[i]
       if flying >= cap then break end
       local chosen, info, queued, moved, counted, listed = nil, nil, 0, false, false, 0
-      if o == bo then moved, counted, listed = gate_backlog(g, q, o, now, ttl, flying) end
+      if o == bo then moved, counted, listed = gate_backlog(g, q, cttl, o, now, ttl, flying) end
       if moved then
         queued = listed
         if counted then flying = flying + 1 end
@@ -406,11 +413,14 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
   local by = plain and redis.call('HMGET', KEYS[g + 2], 'bo', 'bp')
   local mine = plain and (not by[1] or (by[1] == info.o and tonumber(by[2]) == info.p))
   if not mine and gate_bypass_end(g, q, ttl) and plain then mine, by = true, {false} end  -- that bypass was over
-  if mine and not raw and flying >= cap and redis.call('ZCARD', KEYS[g + 1]) == 0 then
+  -- Once a bypass began, the owner's new jobs follow the earlier ones into the list even while there is room
+  -- (jobs run from the list are not counted in flight): sent to the queue's own list, they would go ahead of them.
+  if mine and not raw and (by[1] or flying >= cap) and redis.call('ZCARD', KEYS[g + 1]) == 0 then
     local message = info.x
     info.t = 'b'
+    info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)  -- its place among the owner's, should it meet held ones
     gate_put(g, id, info, ttl, true)
-    push_counted(q, message, cttl, ttl, q + 2)
+    push_counted(q, message, cttl, ttl, true)
     if not by[1] then
       redis.call('HSET', KEYS[g + 2], 'bo', info.o, 'bp', info.p)
       redis.call('PEXPIRE', KEYS[g + 2], ttl)
