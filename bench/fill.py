@@ -35,6 +35,9 @@ class _NoDispatch:
     def backlog(self) -> tuple[int, int] | None:
         return None
 
+    def bypass_backlog(self) -> tuple[int, int] | None:
+        return None
+
 
 class _Reply(tuple[str, str, str]):
     """Read as a transition's reply, and as a createdAt by create (`int()`)."""
