@@ -112,6 +112,19 @@ class DispatchGate:
             with contextlib.suppress(StoreUnavailable):
                 self.store.schedule_sweep(job_id, 0)
 
+    def readmit(self, job_id: str, operation: str) -> None:
+        """A job sent past the gate (a lone owner's bypass, `lib/gate.lua`) that the sweeper republishes (its message
+        lost, or its run's worker): it leaves the bypass and is admitted again, so that its new message counts
+        against the queue's own list, where the sweeper then looks for it, and its run against the slots. Not
+        admitted (Redis down), it stays as it was, and the sweeper looks again."""
+        try:
+            _, released = self.store.gate_admit(self.call(), job_id, "", "0", leave_first=True,
+                                                message=self.message(job_id, operation))
+        except StoreUnavailable:
+            log.warning("job %s not admitted again: the sweeper looks at it again", job_id)
+            return
+        self.publish(released)
+
     def requeue(self, record: JobRecord, delay_s: float = 0.0) -> None:
         """A run that goes back to the queue (a retry after `delay_s`, a hand-back) leaves flight and is admitted
         again. Raises `DispatchUnavailable` when it could not be passed on (its sweep entry covers it)."""

@@ -97,6 +97,9 @@ class Sweeper:
                 # through the gate as that admission would have (its slot and concurrency value counted), not
                 # straight to the broker.
                 self.admission.resume(job_id, operation)
+            elif action == Swept.REPUBLISH and job_id in bypassed:
+                # Sent past the gate: it comes back through the gate, where its new message is counted.
+                self.admission.readmit(job_id, operation)
             elif action == Swept.REPUBLISH:
                 try:
                     self.dispatcher.publish(job_id, operation)

@@ -15,6 +15,8 @@ from tasks_backend.running.admission import DispatchGate
 from tasks_backend.running.dispatch import RedisDispatcher
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.admission import GateCall
+from tasks_backend.store.admission import entry as gate_entry
+from tasks_backend.store.claims import ClaimTerms
 from tests.conftest import make_settings, single_redis, wait_until
 
 SLOTS = 2
@@ -63,15 +65,20 @@ def counts(rt: Runtime) -> tuple[tuple[int, int] | None, tuple[int, int] | None]
     return rt.dispatcher.backlog(), rt.dispatcher.bypass_backlog()
 
 
-def run(rt: Runtime, job_id: str) -> None:
-    """A worker takes `job_id`'s message and its run ends."""
+def take(rt: Runtime, job_id: str) -> None:
+    """A worker takes `job_id`'s message."""
     for key in (rt.settings.queue, bypass(rt)):
         for message in rt.store.redis.lrange(key, 0, -1):
             if json.loads(message)["properties"]["correlation_id"] == job_id:
                 rt.store.redis.lrem(key, 1, message)
-                rt.store.gate_leave(call(rt), [job_id], final=True)
                 return
     raise AssertionError(f"{job_id} is not in the broker")
+
+
+def run(rt: Runtime, job_id: str) -> None:
+    """A worker takes `job_id`'s message and its run ends."""
+    take(rt, job_id)
+    rt.store.gate_leave(call(rt), [job_id], final=True)
 
 
 def drain(rt: Runtime) -> list[str]:
@@ -122,11 +129,13 @@ def test_the_sweeper_does_not_take_a_bypassed_job_for_lost_while_the_other_list_
     alice = [submit(rt, "alice") for _ in range(8)]
     watched = alice[-1]
 
-    def look() -> dict[str, int]:
+    def look() -> dict[str, int]:  # at the watched job alone (the others' runs here never end their records)
+        rt.store.redis.delete(rt.store.keys.sweep())
         rt.store.redis.zadd(rt.store.keys.sweep(), {watched: 0})
         return rt.sweeper().sweep_once()
 
-    wait_until(lambda: look().get("later"), message="the sweeper's first look at the bypassed job")
+    wait_until(lambda: look() and rt.store.redis.hget(rt.store.keys.job(watched), "bmark"),
+               message="the sweeper's first look at the bypassed job, past its grace")
     bob = [submit(rt, "bob") for _ in range(3)]
     for job_id in [alice[0], alice[1], bob[0], alice[2], bob[1], alice[3], bob[2], alice[4]]:
         assert queued(rt)[0] == job_id
@@ -147,7 +156,8 @@ def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(redis_bas
     lost = alice[3]
     rt.store.redis.lpop(bypass(rt))  # its message, lost in a worker's fetch window
 
-    def look() -> dict[str, int]:
+    def look() -> dict[str, int]:  # at the lost job alone (the others' runs here never end their records)
+        rt.store.redis.delete(rt.store.keys.sweep())
         rt.store.redis.zadd(rt.store.keys.sweep(), {lost: 0})
         return rt.sweeper().sweep_once()
 
@@ -155,7 +165,59 @@ def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(redis_bas
     assert lost not in queued(rt)
     run(rt, alice[2])  # the one ahead of it left the bypass list: so did its own, which no worker claimed
     wait_until(lambda: look().get("republish"), message="the lost message republished")
-    assert queued(rt).count(lost) == 1
+    # Through the gate, where its new message is counted: both slots are taken, so it is held until one is free.
+    assert where(rt, [lost]) == ["h"] and lost not in queued(rt)
+    run(rt, alice[0])
+    assert queued(rt) == [alice[1], lost]
+    rt.store.redis.delete(rt.settings.queue, bypass(rt))
+
+
+def test_a_bypassed_job_whose_worker_was_lost_comes_back_through_the_gate(redis_base: str) -> None:
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
+                                     queued_grace_s=0.05))
+    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    alice = [submit(rt, "alice") for _ in range(4)]
+    running = alice[2]
+    take(rt, running)
+    rt.store.claim(running, ClaimTerms(50, "lost-worker", 3))  # its worker dies: the lease runs out
+
+    def look() -> dict[str, int]:  # at the running job alone (the others' runs here never end their records)
+        rt.store.redis.delete(rt.store.keys.sweep())
+        rt.store.redis.zadd(rt.store.keys.sweep(), {running: 0})
+        return rt.sweeper().sweep_once()
+
+    wait_until(lambda: look().get("republish"), message="the lost run requeued")
+    assert where(rt, [running]) == ["h"]  # counted by the gate now, not left as sent past it
+    run(rt, alice[0])
+    assert ids(rt, rt.settings.queue) == [alice[1], running]
+    rt.store.redis.delete(rt.settings.queue, bypass(rt))
+
+
+def test_a_job_marked_in_the_bypass_list_is_looked_at_afresh_in_the_queues_own(redis_base: str) -> None:
+    """Its marks in the two lists are apart: a mark of the bypass list's count, read against the queue's own list,
+    would take a job still waiting there for lost."""
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
+                                     queued_grace_s=0.05))
+    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    alice = [submit(rt, "alice") for _ in range(4)]
+    watched = alice[3]
+
+    def look() -> dict[str, int]:  # at the watched job alone (the others' runs here never end their records)
+        rt.store.redis.delete(rt.store.keys.sweep())
+        rt.store.redis.zadd(rt.store.keys.sweep(), {watched: 0})
+        return rt.sweeper().sweep_once()
+
+    wait_until(lambda: look() and rt.store.redis.hget(rt.store.keys.job(watched), "bmark"),
+               message="the sweeper's first look at the bypassed job, past its grace")
+    bob = submit(rt, "bob")
+    for job_id in (alice[0], alice[1], bob):
+        run(rt, job_id)
+    assert where(rt, [watched]) == ["f"] and ids(rt, rt.settings.queue) == [alice[2], watched]
+    looks: list[dict[str, int]] = []
+    for _ in range(4):  # past the flight's grace, twice over
+        wait_until(lambda: looks.append(look()) or looks[-1] != {}, message="a look")
+    assert not any(seen.get("republish") for seen in looks), looks
+    assert ids(rt, rt.settings.queue) == [alice[2], watched]
     rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
@@ -188,6 +250,40 @@ def test_a_higher_priority_of_the_same_owner_goes_ahead_of_its_bypass_list(runti
     run(runtime, low[0])
     assert ids(runtime, runtime.settings.queue) == [low[1], urgent]
     assert drain(runtime) == [low[1], urgent, *low[SLOTS:]]
+
+
+def test_the_bypass_list_goes_ahead_of_a_later_job_when_an_earlier_one_waits_on_a_full_value(
+        runtime: Runtime) -> None:
+    """The owner's turn compares the bypass list with the held job that may go now, not with the first held one:
+    a job that waited and came back, on a value now full, does not let a later job pass the list."""
+    gate, store = call(runtime), runtime.store
+    message = DispatchGate(store, runtime.dispatcher, runtime.settings).message
+
+    def admit(owner: str, job_id: str, value: str = "") -> None:
+        conc = (store.keys.gate_concurrency("test.noop", value), 1) if value else ("", 0)
+        store.gate_admit(gate, job_id, gate_entry(store.keys.gate_owner(owner), 5, message(job_id, "test.noop"),
+                                                  *conc), "0")
+
+    first = ["p0", "p1"]
+    for job_id in first:
+        admit("alice", job_id)
+    admit("alice", "y", "v")  # the slots are taken: held, and given its place
+    run(runtime, "p0")  # let in: its value is full now
+    take(runtime, "y")
+    store.gate_leave(gate, ["y"], final=False)  # it parks, and will come back to its place
+    admit("alice", "p2")  # a slot is free: sent
+    flood = ["a0", "a1", "a2"]
+    for job_id in flood:
+        admit("alice", job_id)
+    assert where(runtime, flood) == ["b"] * 3
+    admit("carol", "c", "v")
+    run(runtime, "p1")  # carol's, on the value, takes the room
+    assert ids(runtime, runtime.settings.queue) == ["p2", "c"]
+    store.gate_admit(gate, "y", "", "0", message=message("y", "test.noop"))  # back: its value is full, held
+    admit("alice", "later")
+    run(runtime, "p2")
+    # The room goes to alice's oldest in her bypass list, not to the job after it.
+    assert ids(runtime, runtime.settings.queue) == ["c", "a0"]
 
 
 def test_a_delayed_job_now_due_ends_the_bypass(runtime: Runtime) -> None:

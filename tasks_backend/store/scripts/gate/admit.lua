@@ -1,5 +1,5 @@
--- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter and its bypass list when the
---       broker is this Redis.
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter, its bypass list and that list's
+--       push counter when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then job id, its
 --       entry ('' = what the gate knows of it), delay (ms from now, or '@' and Redis ms), whether it leaves flight
 --       first (a retry or a hand-back: the run that ends is the one in flight): '0' no, '@' and the Redis ms the

@@ -1,5 +1,5 @@
 -- KEYS: the job's own four (transition.lua's), then the gate's keys (`Keys.gate_keys`), then the broker queue,
---       its push counter and its bypass list when the broker is this Redis.
+--       its push counter, its bypass list and that list's push counter when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), '1' if the gate
 --       forgets the job (finished) or '0' (parked), the job id, then transition.lua's ARGV.
 -- A run's last transition (finished, or parked for input) and the gate's leave in one call, on a single Redis

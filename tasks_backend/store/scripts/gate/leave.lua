@@ -1,5 +1,5 @@
--- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter and its bypass list when the
---       broker is this Redis.
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter, its bypass list and that list's
+--       push counter when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then '1' if the
 --       gate forgets the jobs (finished) or '0' (parked: a later admission reuses what it knew), then job ids.
 -- Jobs leave flight (their runs ended), and the pump releases held jobs into the room they made (lib/gate.lua).

@@ -1,5 +1,5 @@
--- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter and its bypass list when the
---       broker is this Redis.
+-- KEYS: the gate's keys (`Keys.gate_keys`), then the broker queue, its push counter, its bypass list and that list's
+--       push counter when the broker is this Redis.
 -- ARGV: fallback slots, fair shares ('1'/'0'), key ttl ms, push counter ttl ms ('' = leave it), then a worker's
 --       name ('' = none), its slots (0: it stops), how long they count (ms).
 -- A worker publishes its slots (workers gone quiet are dropped); on a publish or a drop the slot total is counted

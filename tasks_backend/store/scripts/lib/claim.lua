@@ -34,7 +34,9 @@ local function claim_job()
   redis.call('HSET', KEYS[1], unpack(sets))
   -- A fresh run reports its own progress; notes like "Input received; resuming." no longer apply, and the
   -- sweeper's mark of where the last message stood in the queue belongs to the last time it was queued.
-  if h.msg or h.mark or h.gone then redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone') end
+  if h.msg or h.mark or h.gone or h.bmark or h.bgone then
+    redis.call('HDEL', KEYS[1], 'msg', 'mark', 'gone', 'bmark', 'bgone')
+  end
   feed(stamp, $RUNNING, nil, h.done, h.total, tonumber(h.created) + tonumber(h.ttl), false, h.ckpt)
   return {'ok', token, flat, sets}
 end

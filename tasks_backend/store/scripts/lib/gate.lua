@@ -180,8 +180,9 @@ end
 -- aside (`aside`: put back when a job of their value leaves flight), so that a later read starts past them, while
 -- `budget` allows (a table shared by one pump's calls: `budget.n` left); past it they are only passed over. Stale
 -- members are dropped. Reads `n`, then 50 at a time while it sets aside all it reads (at most 20 reads). Returns the
--- job's id and entry (nil: none), and how many of the owner's jobs stay queued in what was read, the job's own
--- included (one more when there may be more than were read).
+-- job's id and entry (nil: none), how many of the owner's jobs stay queued in what was read, the job's own included
+-- (one more when there may be more than were read), and its member in `ready`, for the caller to drop if it sends
+-- the job (its own, or the one it was set aside as).
 local function gate_first(g, o, n, budget)
   for _ = 1, 20 do
     local members = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, n)
@@ -198,13 +199,10 @@ local function gate_first(g, o, n, budget)
             '(' .. aside(this.c, o .. ';'), 'LIMIT', 0, 1)[1]
           if earlier and string.sub(earlier, #this.c + 3) < member then
             local eid, einfo = set_aside_job(g, earlier, this.c)
-            if eid then
-              redis.call('ZREM', KEYS[g + 7], earlier)
-              return eid, einfo, passed + #members - i + 2 + more
-            end
+            if eid then return eid, einfo, passed + #members - i + 2 + more, earlier end
           end
         end
-        return id, this, passed + #members - i + 1 + more
+        return id, this, passed + #members - i + 1 + more, member
       elseif budget.n > 0 then
         redis.call('ZREM', KEYS[g + 7], member)
         redis.call('ZADD', KEYS[g + 7], 0, aside(this.c, member))
@@ -275,13 +273,13 @@ local function gate_restore_free(g, q, ttl, n)
   if last then redis.call('HSET', KEYS[g + 2], 'aside', last) end
 end
 
--- The bypass owner's turn (gate_bypass_end): the oldest job of its bypass list goes to the end of the queue's own
--- list (counted as a push there: it left the bypass list) and into flight, unless one of its held jobs comes first
--- (a higher priority, or the same and an earlier place: a job that waited and came back). Returns whether a message
--- was moved (false: none, the owner's held jobs are served instead), whether it was a bypassed job (counted in
--- flight), and how many of the owner's jobs stay queued in the list, as gate_first's (its held jobs counted too when
--- one was moved). An empty bypass list ends the bypass.
-local function gate_backlog(g, q, cttl, o, now, ttl, flying)
+-- The bypass owner's turn (gate_bypass_end), its first held job that may go now being `chosen` (its entry; nil:
+-- none): the oldest job of its bypass list goes to the end of the queue's own list (counted as a push there: it
+-- left the bypass list) and into flight, unless `chosen` comes first (a higher priority, or the same and an earlier
+-- place: a job that waited and came back). Returns whether a message was moved (false: `chosen` goes instead),
+-- whether it was a bypassed job (counted in flight), and how many messages the list held. An empty list ends the
+-- bypass.
+local function gate_backlog(g, q, cttl, now, ttl, flying, chosen)
   local left = redis.call('LLEN', KEYS[q + 2])
   if left == 0 then
     redis.call('HDEL', KEYS[g + 2], 'bo', 'bp')
@@ -293,11 +291,10 @@ local function gate_backlog(g, q, cttl, o, now, ttl, flying)
   local raw = id and redis.call('HGET', KEYS[g], id)
   local info = raw and gate_info(raw)
   if info and info.t ~= 'b' then info = nil end
-  local head = redis.call('ZRANGEBYLEX', KEYS[g + 7], '[' .. o .. ':', '(' .. o .. ';', 'LIMIT', 0, 1)[1]
-  if head then
+  if chosen then
     local bp = tonumber(redis.call('HGET', KEYS[g + 2], 'bp'))
-    local hp, hs = 9 - tonumber(string.sub(head, #o + 2, #o + 2)), tonumber(string.sub(head, #o + 4, #o + 16))
-    if hp > bp or (hp == bp and info and hs < (tonumber(info.s) or 0)) then return false, false, 1 end
+    local cs = tonumber(chosen.s) or 0
+    if chosen.p > bp or (chosen.p == bp and info and cs < (tonumber(info.s) or 0)) then return false, false, left end
   end
   redis.call('RPOPLPUSH', KEYS[q + 2], KEYS[q])
   push_counted(q, nil, cttl, ttl)
@@ -307,7 +304,7 @@ local function gate_backlog(g, q, cttl, o, now, ttl, flying)
     redis.call('ZADD', KEYS[g + 3], now, id)
     if flying == 0 then redis.call('PEXPIRE', KEYS[g + 3], ttl) end
   end
-  return true, info ~= nil, left + (head and 1 or 0)
+  return true, info ~= nil, left
 end
 
 -- `due`: delayed jobs now due join their owners' queues first, and jobs set aside on a value that has room go back
@@ -336,20 +333,18 @@ local function gate_pump(g, q, cttl, now, cap, ttl, out, due, flying)
     for i = 1, #ring, 2 do
       local o = ring[i]
       if flying >= cap then break end
-      local chosen, info, queued, moved, counted, listed = nil, nil, 0, false, false, 0
-      if o == bo then moved, counted, listed = gate_backlog(g, q, cttl, o, now, ttl, flying) end
+      -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
+      local chosen, info, queued, member = gate_first(g, o, 2, from == 0 and budget or none)
+      local moved, counted, listed = false, false, 0
+      if o == bo then moved, counted, listed = gate_backlog(g, q, cttl, now, ttl, flying, chosen and info) end
+      queued = queued + listed  -- jobs in the bypass list keep the owner in the ring
       if moved then
-        queued = listed
+        chosen = nil  -- it stays held, in its place
         if counted then flying = flying + 1 end
-      else
-        -- Past the first 64 owners, two jobs deep and none set aside: a bound on the call's work.
-        chosen, info, queued = gate_first(g, o, 2, from == 0 and budget or none)
-        queued = queued + listed  -- jobs left in the bypass list keep the owner in the ring
-        if chosen then
-          redis.call('ZREM', KEYS[g + 7], gate_member(chosen, info))
-          gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
-          flying = flying + 1
-        end
+      elseif chosen then
+        redis.call('ZREM', KEYS[g + 7], member)
+        gate_release(g, q, cttl, chosen, info, now, ttl, out, flying, false)
+        flying = flying + 1
       end
       if moved or chosen then
         released = true
