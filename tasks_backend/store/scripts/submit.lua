@@ -15,7 +15,7 @@
 -- was taken.
 -- Applied twice it answers the same; without the gate it pushes twice (a second message for one job is refused by
 -- the claim's fencing), with it the gate finds the job admitted already.
--- Uses: create_job index_owner schedule gate
+-- Uses: create_job index_owner schedule gate gate_bypass gate_pump
 
 local t = redis.call('TIME')
 local created = create_job(11, t)

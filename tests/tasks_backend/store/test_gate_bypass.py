@@ -1,5 +1,5 @@
-"""A lone owner's bypass of the dispatch gate (`scripts/lib/gate.lua`: `gate_admit`, `gate_bypass_end`,
-`gate_backlog`) against a real Redis that is also the broker: its jobs past the slots go straight to the bypass list
+"""A lone owner's bypass of the dispatch gate (`scripts/lib/gate_pump.lua`'s `gate_admit`, `lib/gate_bypass.lua`)
+against a real Redis that is also the broker: its jobs past the slots go straight to the bypass list
 (the queue's priority-9 list, read by workers after the queue's own), and once another job needs the gate the owner
 takes turns from that list as if its jobs had been held."""
 
@@ -22,14 +22,32 @@ from tests.conftest import make_settings, single_redis, wait_until
 SLOTS = 2
 
 
-@pytest.fixture
-def runtime(redis_base: str) -> Iterator[Runtime]:
-    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0))
+def made(redis_base: str, **overrides: float) -> Iterator[Runtime]:
+    """A runtime whose broker is its store's Redis, with this worker's slots published (the gate's cap)."""
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0, **overrides))
     gate = DispatchGate(rt.store, rt.dispatcher, rt.settings)
     assert gate.inline, "the broker must be the store's own Redis"
-    rt.store.gate_tick(gate.call(), "worker", SLOTS, 600_000)  # the gate's cap: this worker's slots
+    rt.store.gate_tick(gate.call(), "worker", SLOTS, 600_000)
     yield rt
     rt.store.redis.delete(rt.settings.queue, bypass(rt))
+
+
+@pytest.fixture
+def runtime(redis_base: str) -> Iterator[Runtime]:
+    yield from made(redis_base)
+
+
+@pytest.fixture
+def swept(redis_base: str) -> Iterator[Runtime]:
+    """The same, with a grace of 50 ms: the sweeper looks at a queued job soon after it was made or sent."""
+    yield from made(redis_base, queued_grace_s=0.05)
+
+
+def look_at(rt: Runtime, job_id: str) -> dict[str, int]:
+    """A sweep of `job_id` alone (the other jobs' runs here never end their records); what it counted."""
+    rt.store.redis.delete(rt.store.keys.sweep())
+    rt.store.redis.zadd(rt.store.keys.sweep(), {job_id: 0})
+    return rt.sweeper().sweep_once()
 
 
 def bypass(rt: Runtime) -> str:
@@ -120,19 +138,15 @@ def test_a_lone_owners_new_job_follows_its_bypass_list_even_when_a_slot_is_free(
     assert drain(runtime) == [*jobs[1:], later]
 
 
-def test_the_sweeper_does_not_take_a_bypassed_job_for_lost_while_the_other_list_moves(redis_base: str) -> None:
+def test_the_sweeper_does_not_take_a_bypassed_job_for_lost_while_the_other_list_moves(swept: Runtime) -> None:
     """The two lists together are not first in, first out: counted against both, a job deep in the bypass list
     looked lost once as many messages had left the queue's own list as were pushed when it was first looked at."""
-    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
-                                     queued_grace_s=0.05))
-    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    rt = swept
     alice = [submit(rt, "alice") for _ in range(8)]
     watched = alice[-1]
 
-    def look() -> dict[str, int]:  # at the watched job alone (the others' runs here never end their records)
-        rt.store.redis.delete(rt.store.keys.sweep())
-        rt.store.redis.zadd(rt.store.keys.sweep(), {watched: 0})
-        return rt.sweeper().sweep_once()
+    def look() -> dict[str, int]:
+        return look_at(rt, watched)
 
     wait_until(lambda: look() and rt.store.redis.hget(rt.store.keys.job(watched), "bmark"),
                message="the sweeper's first look at the bypassed job, past its grace")
@@ -145,21 +159,16 @@ def test_the_sweeper_does_not_take_a_bypassed_job_for_lost_while_the_other_list_
         wait_until(lambda: looks.append(look()) or looks[-1] != {}, message="a look")
     assert not any(seen.get("republish") for seen in looks), looks
     assert ids(rt, rt.settings.queue) == alice[5:7] and ids(rt, bypass(rt)) == [watched]
-    rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
-def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(redis_base: str) -> None:
-    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
-                                     queued_grace_s=0.05))
-    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(swept: Runtime) -> None:
+    rt = swept
     alice = [submit(rt, "alice") for _ in range(4)]
     lost = alice[3]
     rt.store.redis.lpop(bypass(rt))  # its message, lost in a worker's fetch window
 
-    def look() -> dict[str, int]:  # at the lost job alone (the others' runs here never end their records)
-        rt.store.redis.delete(rt.store.keys.sweep())
-        rt.store.redis.zadd(rt.store.keys.sweep(), {lost: 0})
-        return rt.sweeper().sweep_once()
+    def look() -> dict[str, int]:
+        return look_at(rt, lost)
 
     wait_until(lambda: look().get("later"), message="the sweeper's first look")
     assert lost not in queued(rt)
@@ -169,43 +178,33 @@ def test_the_sweeper_republishes_a_bypassed_job_whose_message_was_lost(redis_bas
     assert where(rt, [lost]) == ["h"] and lost not in queued(rt)
     run(rt, alice[0])
     assert queued(rt) == [alice[1], lost]
-    rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
-def test_a_bypassed_job_whose_worker_was_lost_comes_back_through_the_gate(redis_base: str) -> None:
-    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
-                                     queued_grace_s=0.05))
-    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+def test_a_bypassed_job_whose_worker_was_lost_comes_back_through_the_gate(swept: Runtime) -> None:
+    rt = swept
     alice = [submit(rt, "alice") for _ in range(4)]
     running = alice[2]
     take(rt, running)
     rt.store.claim(running, ClaimTerms(50, "lost-worker", 3))  # its worker dies: the lease runs out
 
-    def look() -> dict[str, int]:  # at the running job alone (the others' runs here never end their records)
-        rt.store.redis.delete(rt.store.keys.sweep())
-        rt.store.redis.zadd(rt.store.keys.sweep(), {running: 0})
-        return rt.sweeper().sweep_once()
+    def look() -> dict[str, int]:
+        return look_at(rt, running)
 
     wait_until(lambda: look().get("republish"), message="the lost run requeued")
     assert where(rt, [running]) == ["h"]  # counted by the gate now, not left as sent past it
     run(rt, alice[0])
     assert ids(rt, rt.settings.queue) == [alice[1], running]
-    rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
-def test_a_job_marked_in_the_bypass_list_is_looked_at_afresh_in_the_queues_own(redis_base: str) -> None:
+def test_a_job_marked_in_the_bypass_list_is_looked_at_afresh_in_the_queues_own(swept: Runtime) -> None:
     """Its marks in the two lists are apart: a mark of the bypass list's count, read against the queue's own list,
     would take a job still waiting there for lost."""
-    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
-                                     queued_grace_s=0.05))
-    rt.store.gate_tick(call(rt), "worker", SLOTS, 600_000)
+    rt = swept
     alice = [submit(rt, "alice") for _ in range(4)]
     watched = alice[3]
 
-    def look() -> dict[str, int]:  # at the watched job alone (the others' runs here never end their records)
-        rt.store.redis.delete(rt.store.keys.sweep())
-        rt.store.redis.zadd(rt.store.keys.sweep(), {watched: 0})
-        return rt.sweeper().sweep_once()
+    def look() -> dict[str, int]:
+        return look_at(rt, watched)
 
     wait_until(lambda: look() and rt.store.redis.hget(rt.store.keys.job(watched), "bmark"),
                message="the sweeper's first look at the bypassed job, past its grace")
@@ -218,7 +217,6 @@ def test_a_job_marked_in_the_bypass_list_is_looked_at_afresh_in_the_queues_own(r
         wait_until(lambda: looks.append(look()) or looks[-1] != {}, message="a look")
     assert not any(seen.get("republish") for seen in looks), looks
     assert ids(rt, rt.settings.queue) == [alice[2], watched]
-    rt.store.redis.delete(rt.settings.queue, bypass(rt))
 
 
 def test_another_owners_job_goes_ahead_of_the_bypass_list_and_they_take_turns(runtime: Runtime) -> None:

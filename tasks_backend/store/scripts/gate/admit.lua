@@ -9,7 +9,7 @@
 -- when the gate knows nothing of the job (the caller publishes it as it is); the pairs are for the caller to
 -- publish when no queue was given. Applied twice: the second finds the job held, delayed or in flight; a retry's
 -- second finds it let in again after its run was claimed, and leaves it so (a second leave would send it twice).
--- Uses: gate
+-- Uses: gate gate_bypass gate_pump
 
 local now = clock()
 local ttl = tonumber(ARGV[3])

@@ -6,7 +6,7 @@
 -- (a Redis Cluster keeps the gate in a slot of its own, and calls `gate/leave.lua` after): the job leaves flight
 -- only when the move is made now, so a replay (the same request id) gives its slot back no second time. Returns
 -- transition.lua's reply, then the released pairs (lib/gate.lua) for the caller to publish when no queue was given.
--- Uses: job transition gate
+-- Uses: job transition gate gate_bypass gate_pump
 
 local reply, fresh = transition(6)
 if not fresh then return reply end
@@ -15,7 +15,7 @@ local q = nil
 if #KEYS > 13 then q = 14 end
 local now = tonumber(reply[3])
 local out = {}
--- A bypassed job (lib/gate.lua's gate_admit) was not counted in flight: its end makes no room to fill.
+-- A bypassed job (lib/gate_pump.lua's gate_admit) was not counted in flight: its end makes no room to fill.
 if gate_leave(5, q, ARGV[6], ARGV[5] == '1', ttl) ~= 'b' then
   gate_pump(5, q, ARGV[4], now, gate_cap(5, now, ARGV[1], ARGV[2], ttl), ttl, out, false)
 end

@@ -6,7 +6,7 @@
 -- Returns {released id, message or operation, ...} for the caller to publish when no queue was given. Applied
 -- twice, the second finds nothing to take away. A run's own end leaves in its last transition instead
 -- (`gate/finish.lua`) on a single Redis.
--- Uses: gate
+-- Uses: gate gate_bypass gate_pump
 
 local now = clock()
 local ttl = tonumber(ARGV[3])

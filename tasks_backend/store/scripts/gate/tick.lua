@@ -7,7 +7,7 @@
 -- and every gate key's TTL is renewed. Then the pump runs: delayed jobs now due join their owners' queues and held jobs are released
 -- into any room (lib/gate.lua). Returns {now, when the next delayed job is due ('' = none), released id, message
 -- or operation, ...}. Applied twice: the same slots, and a pump that finds nothing more to do.
--- Uses: gate
+-- Uses: gate gate_bypass gate_pump
 
 local now = clock()
 local ttl = tonumber(ARGV[3])
