@@ -58,15 +58,26 @@ class DispatchGate:
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
         self._scan = 0  # where `prune` goes on through the gate's jobs
         self._keys = tuple(store.keys.gate_keys(settings.queue))
+        self._call: GateCall | None = None  # the call without a counter TTL to renew: the same every time
+        #: Whether the last run to end here had been sent past the gate (a lone owner's bypass): the next run's end
+        #: tries the short way first (`GateLeave.lone`). Only a guess: a wrong one costs one script call that does
+        #: nothing.
+        self.lone = self.inline
 
     def call(self) -> GateCall:
+        ttl = self.dispatcher.counter_ttl_due() if isinstance(self.dispatcher, RedisDispatcher) and self.inline \
+            else None
+        if ttl is None and self._call is not None:
+            return self._call
         push = None
         if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
-            ttl = self.dispatcher.counter_ttl_due()
             push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl),
                     self.store.keys.bypass_queue(self.settings.queue), self.dispatcher.bypass_pushes_key)
-        return GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
+        call = GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
                         self._keys, push)
+        if ttl is None:
+            self._call = call
+        return call
 
     def entry(self, job_id: str, owner: str, operation: str, spec: Any, params: dict[str, Any],
               timing: Timing) -> GateEntry | None:
@@ -178,7 +189,15 @@ class DispatchGate:
         None when the leave, if any, is `after_run`'s (a Redis Cluster, a move that keeps the job in flight)."""
         if not self.store.single or not (target in FINAL or target in PAUSED) or not self.entered(record, lookup):
             return None
-        return GateLeave(self.call(), final=target in FINAL)
+        final = target in FINAL
+        return GateLeave(self.call(), final=final, lone=final and self.lone and self.inline)
+
+    def left(self, leave: GateLeave) -> None:
+        """A run left the gate in its last transition: what the leave let in is published, and where its job was
+        guides the next run's end here."""
+        if leave.bypassed is not None:
+            self.lone = leave.bypassed
+        self.publish(leave.released)
 
     def leave(self, job_ids: Sequence[str], *, final: bool) -> None:
         try:

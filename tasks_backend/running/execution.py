@@ -296,7 +296,7 @@ class Executor:
         if leave is not None and leave.taken:
             with self._finished_lock:
                 self._left.add(record.id)
-            self.admission.publish(leave.released)
+            self.admission.left(leave)
 
     def _park(self, record: JobRecord, token: int, waiting: _Suspend) -> str:
         """The job waits for a time or for its children (`ctx.sleep`, `ctx.wait_for`), holding no worker. A

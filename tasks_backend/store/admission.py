@@ -63,13 +63,17 @@ class GateEntry:
 @dataclass
 class GateLeave:
     """A run's end, leaving the gate in its last transition (`RedisStore.transition`): whether the gate forgets the
-    job (finished) or keeps what it knew (parked); `taken` says the transition carried it (else the caller leaves
-    apart), and `released` is filled with what the leave let in."""
+    job (finished) or keeps what it knew (parked); `lone`: try `gate/finish_bypassed.lua` first (the job was likely
+    sent past the gate, as the last run's here was). After the move, `taken` says the transition carried it (else
+    the caller leaves apart), `released` holds what the leave let in, and `bypassed` whether the job was sent past
+    the gate (None: not known, a replay)."""
 
     call: GateCall
     final: bool
+    lone: bool = False
     taken: bool = False
     released: Released = field(default_factory=list)
+    bypassed: bool | None = None
 
 
 def entry(owner: str, priority: int, message: str, concurrency: str = "", max_: int = 0) -> str:
@@ -82,9 +86,11 @@ def pairs(flat: Sequence[Any]) -> Released:
     return [(str(flat[i]), str(flat[i + 1])) for i in range(0, len(flat) - 1, 2)]
 
 
-def finish_reply(reply: Sequence[Any]) -> tuple[Moved, str, int, Released]:
-    """`gate.finish`'s reply (transition.lua's, then the released pairs) as (outcome, state before, time, released)."""
-    return Moved(reply[0]), str(reply[1]), int(reply[2]), pairs(reply[3:])
+def finish_reply(reply: Sequence[Any]) -> tuple[Moved, str, int, Released, bool | None]:
+    """`gate.finish`'s reply (transition.lua's, then where the job was and the released pairs when the move was made
+    now) as (outcome, state before, time, released, whether the job was sent past the gate: None when not known)."""
+    was = str(reply[3]) if len(reply) > 3 else None
+    return Moved(reply[0]), str(reply[1]), int(reply[2]), pairs(reply[4:]), None if was is None else was == "b"
 
 class AdmissionStore(StorePart):
     """The gate's scripts."""
@@ -107,11 +113,22 @@ class AdmissionStore(StorePart):
                                        *job_ids))
 
     def gate_finish(self, call: GateCall, job_id: str, args: Sequence[Any], *,
-                    final: bool) -> tuple[Moved, str, int, Released]:
+                    final: bool) -> tuple[Moved, str, int, Released, bool | None]:
         """A run's last transition (`args`: transition.lua's ARGV) and the job's leave from flight in one script, on
-        a single Redis: (outcome, state before, Redis time of the change or 0, released)."""
+        a single Redis: (outcome, state before, Redis time of the change or 0, released, whether the job was sent
+        past the gate)."""
         keys, argv = self.gate_finish_args(call, job_id, args, final=final)
         return finish_reply(self.scripts.call("gate.finish", keys, *argv))
+
+    def gate_finish_bypassed(self, call: GateCall, job_id: str, args: Sequence[Any]) -> tuple[Moved, str, int] | None:
+        """A finished run's last transition when its job was sent past the gate, which then only forgets it
+        (`gate/finish_bypassed.lua`): (outcome, state before, Redis time of the change or 0), or None, nothing done,
+        when the gate holds more for the job (`gate_finish` ends it)."""
+        reply = self.scripts.call("gate.finish_bypassed", [*self.keys.job_keys(job_id), call.key("jobs")], job_id,
+                                  *args)
+        if reply[0] == "gate":
+            return None
+        return Moved(reply[0]), str(reply[1]), int(reply[2])
 
     def gate_finish_args(self, call: GateCall, job_id: str, args: Sequence[Any], *,
                          final: bool) -> tuple[list[str], list[Any]]:

@@ -230,14 +230,21 @@ class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, Adm
         `sweep_in_ms`: the sweep entry is then written in the same round trip, before the script; so is the wake
         schedule's entry with `wake_in_ms` (a question's deadline, see `running.waking`). `leave` (a single
         Redis, a run's end without either): the job leaves the dispatch gate in the same script
-        (`AdmissionStore.gate_finish`); otherwise `leave.taken` stays false and the caller leaves it."""
+        (`AdmissionStore.gate_finish`, or with `leave.lone` first `gate_finish_bypassed`, which does nothing when the
+        gate holds more for the job than a bypassed job's entry); otherwise `leave.taken` stays false and the caller
+        leaves it."""
         args = [request_id or new_request_id(), "" if token is None else token, target.value,
                 ",".join(sources_of(target)), owner, *(change.pairs() if change else ())]
         if target is JobState.QUEUED and sweep_in_ms is None:
             raise ValueError("a move into queued needs its sweep entry")
         drop = unschedule and target in TERMINAL_STATES
         if leave is not None and not drop and sweep_in_ms is None and wake_in_ms is None:
-            outcome, before, at, leave.released = self.gate_finish(leave.call, job_id, args, final=leave.final)
+            short = self.gate_finish_bypassed(leave.call, job_id, args) if leave.lone and leave.final else None
+            if short is not None:
+                leave.taken, leave.bypassed = True, True
+                return short
+            outcome, before, at, leave.released, leave.bypassed = self.gate_finish(leave.call, job_id, args,
+                                                                                   final=leave.final)
             leave.taken = True
             return outcome, before, at
         if not drop and sweep_in_ms is None and wake_in_ms is None:

@@ -60,9 +60,9 @@ class Waits(StorePart):
                 keys, argv = self.gate_finish_args(leave.call, job_id, args, final=leave.final)
                 self._eval(p, "gate.finish", keys, *argv)
 
-        outcome, _, at, released = finish_reply(self._run(build, in_order=True)[1])
+        outcome, _, at, released, bypassed = finish_reply(self._run(build, in_order=True)[1])
         if leave is not None:
-            leave.taken, leave.released = True, released
+            leave.taken, leave.released, leave.bypassed = True, released, bypassed
         return outcome, at
 
     def wake(self, job_id: str, token: int | None, message: str, *, sweep_in_ms: int,

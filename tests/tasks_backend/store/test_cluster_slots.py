@@ -43,8 +43,8 @@ LIMITS = {"limits.rate", "limits.auth_fail", "limits.count", "limits.stream", "l
 #: Commands a script may call without a key.
 KEYLESS = {"TIME"}
 #: Scripts sent only to a single Redis: the whole submit in one script, its keys in several slots (and the queue's,
-#: when the broker is the same Redis: a cluster cannot be one); a run's end with the gate's leave, likewise.
-ONE_SERVER_ONLY = {"submit", "gate.finish", "claim_fetched"}
+#: when the broker is the same Redis: a cluster cannot be one); a run's end with the gate's leave (both ways), likewise.
+ONE_SERVER_ONLY = {"submit", "gate.finish", "gate.finish_bypassed", "claim_fetched"}
 #: Scripts only a worker's broker transport runs (tests/workers/test_broker.py), with kombu's keys beside the job's.
 TRANSPORT_ONLY = {"claim_fetched"}
 #: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time.
@@ -170,6 +170,11 @@ def one_life(runtime: Runtime) -> None:
                      sweep_in_ms=60_000)
         store.transition(fifth, JobState.FAILED, owner=owner, change=Change(error_json="{}"), unschedule=False,
                          leave=GateLeave(gate, final=True))
+        sixth = str(uuid.uuid4())  # and the short way, for a job sent past the gate (none here: only moved)
+        store.create({**fields, "idem": ""}, sixth, owner, idem_key=None, idem_value="", ttl_ms=600_000,
+                     sweep_in_ms=60_000)
+        store.transition(sixth, JobState.FAILED, owner=owner, change=Change(error_json="{}"), unschedule=False,
+                         leave=GateLeave(gate, final=True, lone=True))
 
     limiter, principal = runtime.limits(), Principal(owner)
     limiter.admit(principal, "192.0.2.7")  # the rate script and the address's check, in one round trip
