@@ -123,7 +123,7 @@ class AdmissionStore(StorePart):
     def gate_finish_bypassed(self, call: GateCall, job_id: str, args: Sequence[Any]) -> tuple[Moved, str, int] | None:
         """A finished run's last transition when its job was sent past the gate, which then only forgets it
         (`gate/finish_bypassed.lua`): (outcome, state before, Redis time of the change or 0), or None, nothing done,
-        when the gate holds more for the job (`gate_finish` ends it)."""
+        for any other job (`gate_finish` ends it: the gate holds more for it, or knows it no longer, a replay)."""
         reply = self.scripts.call("gate.finish_bypassed", [*self.keys.job_keys(job_id), call.key("jobs")], job_id,
                                   *args)
         if reply[0] == "gate":

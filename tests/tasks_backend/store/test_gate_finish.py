@@ -91,15 +91,62 @@ def test_a_run_end_tried_the_short_way_for_a_job_in_flight_takes_the_full_leave_
     assert following is not None and not following.lone
 
 
-def test_the_short_way_applied_twice_answers_the_same_and_moves_nothing_more(runtime: Runtime,
-                                                                              gate: DispatchGate) -> None:
+def test_the_short_way_applied_twice_answers_the_same_and_moves_nothing_more(
+        runtime: Runtime, gate: DispatchGate, full_finishes: list[str]) -> None:
     alice = [submit(runtime, "alice") for _ in range(SLOTS + 1)]
     record = claimed(runtime, alice[-1])
-    first = end(runtime, gate, record, request_id="finish-1")
-    again = end(runtime, gate, record, request_id="finish-1")  # its reply was lost: retried as it was
-    assert first.bypassed and again.bypassed and again.released == []
+    leave = gate.leaving(record, JobState.COMPLETED.value, runtime.service.registry.get)
+    assert leave is not None and leave.lone
+
+    def finish() -> tuple[str, str, int]:  # one request, retried as `through_outage` does: the same leave
+        return runtime.store.transition(record.id, JobState.COMPLETED, token=record.token, unschedule=False,
+                                        request_id="finish-1", leave=leave)
+
+    first = finish()
+    assert first[0] == "ok" and leave.bypassed and full_finishes == []
+    again = finish()  # its reply was lost: the entry is gone, so the full finish answers the replay
+    assert again == first and full_finishes == [record.id] and leave.bypassed is None
     assert where(runtime, alice) == ["f", "f", None]
     assert runtime.store.get(alice[-1]).state is JobState.COMPLETED  # type: ignore[union-attr]
+
+
+def test_a_fenced_run_end_leaves_the_bypassed_entry_to_the_run_that_holds_the_job(
+        runtime: Runtime, gate: DispatchGate, full_finishes: list[str]) -> None:
+    alice = [submit(runtime, "alice") for _ in range(SLOTS + 1)]
+    record = claimed(runtime, alice[-1])
+    leave = gate.leaving(record, JobState.COMPLETED.value, runtime.service.registry.get)
+    assert leave is not None
+    # A run whose lease another worker took over (a newer token) ends late: its move is refused.
+    outcome, _, _ = runtime.store.transition(record.id, JobState.COMPLETED, token=record.token + 1, unschedule=False,
+                                             leave=leave)
+    assert outcome == "fenced" and full_finishes == []  # the move was not made: nor is the gate's leave
+    assert runtime.store.get(record.id).state is JobState.RUNNING  # type: ignore[union-attr]
+    assert where(runtime, [record.id]) == ["b"]
+
+
+@pytest.mark.parametrize("entry", [None, "x|5|0|1||o|", '{"t": "f", "p": 5, "o": "o"}'],
+                         ids=["none", "out", "json"])
+def test_a_job_the_gate_has_no_bypassed_entry_for_ends_the_full_way(runtime: Runtime, gate: DispatchGate,
+                                                                   full_finishes: list[str], entry: str | None) -> None:
+    alice = [submit(runtime, "alice") for _ in range(SLOTS + 1)]
+    jobs_key = gate.call().key("jobs")
+    if entry is None:
+        runtime.store.redis.hdel(jobs_key, alice[-1])
+    else:
+        runtime.store.redis.hset(jobs_key, alice[-1], entry)
+    leave = end(runtime, gate, claimed(runtime, alice[-1]))
+    assert full_finishes == [alice[-1]] and leave.bypassed is False
+    assert where(runtime, [alice[-1]]) == [None]
+
+
+def test_the_gates_call_is_built_once_unless_the_push_counters_ttl_is_due(runtime: Runtime) -> None:
+    gate = DispatchGate(runtime.store, runtime.dispatcher, runtime.settings)
+    plain = gate.call()  # the fixture's first call renewed the counter's TTL already
+    assert plain.push is not None and plain.push[2] == "" and gate.call() is plain
+    runtime.dispatcher._ttl_renewed = -1e9  # type: ignore[attr-defined]  # a renewal due again
+    renewing = gate.call()
+    assert renewing is not plain and renewing.push is not None and renewing.push[2] != ""
+    assert gate.call() is plain
 
 
 def test_a_full_leave_of_a_bypassed_job_turns_the_guess_back_to_the_short_way(runtime: Runtime,
