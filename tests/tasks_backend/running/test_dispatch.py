@@ -175,3 +175,21 @@ def test_a_push_counter_made_again_gets_its_ttl_whichever_push_makes_it(settings
         dispatcher.counter_ttl_due()  # renewed just now: the next push is not due to renew it
         push()
         assert int(client.get(counter) or 0) == 1 and int(client.pttl(counter)) > 0
+
+
+def test_the_bypass_lists_push_counter_made_again_gets_its_ttl_between_renewals(settings: Settings) -> None:
+    """A lone owner's job past the slots is pushed onto the bypass list in its submit and counted there
+    (`Keys.bypass_queue`, the sweeper's count for such jobs): a push that finds that counter gone gives it a TTL
+    too, as the queue's own counter gets one."""
+    service, client, queue = _inline_service(settings.with_(fair_shares=True, dispatch_slots=1))
+    dispatcher = service.dispatcher
+    assert isinstance(dispatcher, RedisDispatcher)
+    bypass = service.store.keys.bypass_queue(queue)
+    counter = service.store.keys.queue_pushes(bypass)
+    assert counter == dispatcher.bypass_pushes_key
+    for _ in range(2):  # the one slot is taken by the job `_inline_service` submitted: both go past the gate
+        client.delete(counter)
+        dispatcher.counter_ttl_due()  # renewed just now: the next push is not due to renew it
+        service.submit("alice", "test.noop", {})
+        assert client.llen(bypass) > 0 and int(client.get(counter) or 0) == 1 and int(client.pttl(counter)) > 0
+    client.delete(bypass)
