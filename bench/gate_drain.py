@@ -17,7 +17,6 @@ the gate's scripts is judged by.
 from __future__ import annotations
 
 import argparse
-import statistics
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.admission import entry as gate_entry
 
+from .measures import paired_medians
 from .procs import script_usec
 
 
@@ -119,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = {"in scripts": ([d.script_us for d in drained], [d.script_us for d in empty]),
                     "Redis CPU": ([d.cpu_us for d in drained], [d.cpu_us for d in empty])}
             for name, (ours, base) in rows.items():
-                ratio = statistics.median(a / b for a, b in zip(ours, base, strict=True))
-                print(f"Redis us per drained job, {side}, {name}: gate {statistics.median(ours):.1f}, "
-                      f"empty call {statistics.median(base):.1f}, ratio {ratio:.2f}x")
+                gate, call, ratio = paired_medians(ours, base)
+                print(f"Redis us per drained job, {side}, {name}: gate {gate:.1f}, empty call {call:.1f}, "
+                      f"ratio {ratio:.2f}x")
     finally:
         server.stop()
     return 0

@@ -71,6 +71,11 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def paired_medians(ours: list[float], base: list[float]) -> tuple[float, float, float]:
+    """For runs taken in pairs: each side's median, and the median of the pairs' ratios (ours / base)."""
+    return median(ours), median(base), median([a / b for a, b in zip(ours, base, strict=True)])
+
+
 def paired(name: str, unit: str, target: str, minimum: float, plan: Plan,
            product: Callable[[], Run], baseline: Callable[[], Run], figure: Callable[[Run], float],
            settle: Callable[[], None] | None = None, meter: Meter | None = None) -> Row:

@@ -15,7 +15,6 @@ than this difference; this is the figure a change to a run's last transition is 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.claims import ClaimTerms
 
 from .gate_drain import redis_cpu_s
+from .measures import paired_medians
 from .procs import script_usec
 
 
@@ -98,11 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                   f" (on / off; {on.short} of {args.jobs} ended the short way)")
         for name, figure in (("python CPU", "python_us"), ("Redis in scripts", "script_us"),
                              ("Redis CPU", "redis_cpu_us")):
-            on_values = [getattr(e, figure) for e in measured["on"]]
-            off_values = [getattr(e, figure) for e in measured["off"]]
-            ratio = statistics.median(a / b for a, b in zip(on_values, off_values, strict=True))
-            print(f"us per run's end, {name}: on {statistics.median(on_values):.1f}, off "
-                  f"{statistics.median(off_values):.1f}, ratio on/off {ratio:.2f}x")
+            on, off, ratio = paired_medians([getattr(e, figure) for e in measured["on"]],
+                                            [getattr(e, figure) for e in measured["off"]])
+            print(f"us per run's end, {name}: on {on:.1f}, off {off:.1f}, ratio on/off {ratio:.2f}x")
     finally:
         server.stop()
     return 0

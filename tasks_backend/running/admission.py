@@ -56,6 +56,8 @@ class DispatchGate:
     def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings) -> None:
         self.store, self.dispatcher, self.settings = store, dispatcher, settings
         self.inline = isinstance(dispatcher, RedisDispatcher) and dispatcher.shares_store
+        #: The dispatcher whose queue the gate's scripts push to, when they push (`inline`).
+        self._pusher = dispatcher if isinstance(dispatcher, RedisDispatcher) and self.inline else None
         self._scan = 0  # where `prune` goes on through the gate's jobs
         self._keys = tuple(store.keys.gate_keys(settings.queue))
         self._call: GateCall | None = None  # the call without a counter TTL to renew: the same every time
@@ -65,14 +67,14 @@ class DispatchGate:
         self.lone = self.inline
 
     def call(self) -> GateCall:
-        ttl = self.dispatcher.counter_ttl_due() if isinstance(self.dispatcher, RedisDispatcher) and self.inline \
-            else None
+        pusher = self._pusher
+        ttl = pusher.counter_ttl_due() if pusher is not None else None
         if ttl is None and self._call is not None:
             return self._call
         push = None
-        if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
-            push = (self.settings.queue, self.dispatcher.pushes_key, "" if ttl is None else str(ttl),
-                    self.store.keys.bypass_queue(self.settings.queue), self.dispatcher.bypass_pushes_key)
+        if pusher is not None:
+            push = (self.settings.queue, pusher.pushes_key, "" if ttl is None else str(ttl),
+                    self.store.keys.bypass_queue(self.settings.queue), pusher.bypass_pushes_key)
         call = GateCall(self.settings.dispatch_slots, self.settings.fair_shares, self.store.max_ttl_ms,
                         self._keys, push)
         if ttl is None:
@@ -94,9 +96,7 @@ class DispatchGate:
 
     def message(self, job_id: str, operation: str) -> str:
         """What the gate publishes for a job: its broker message when it pushes it itself, else its operation."""
-        if isinstance(self.dispatcher, RedisDispatcher) and self.inline:
-            return self.dispatcher.message(job_id, operation)
-        return operation
+        return operation if self._pusher is None else self._pusher.message(job_id, operation)
 
     # -- the paths that make a job runnable --------------------------------------------------------
     def admit(self, job_id: str, entry: GateEntry) -> None:
@@ -124,8 +124,8 @@ class DispatchGate:
                 self.store.schedule_sweep(job_id, 0)
 
     def readmit(self, job_id: str, operation: str) -> None:
-        """A job sent past the gate (a lone owner's bypass, `lib/gate.lua`) that the sweeper republishes (its message
-        lost, or its run's worker): it leaves the bypass and is admitted again, so that its new message counts
+        """A job sent past the gate (a lone owner's bypass, `lib/gate_bypass.lua`) that the sweeper republishes (its
+        message lost, or its run's worker): it leaves the bypass and is admitted again, so that its new message counts
         against the queue's own list, where the sweeper then looks for it, and its run against the slots. Not
         admitted (Redis down), it stays as it was, and the sweeper looks again."""
         try:

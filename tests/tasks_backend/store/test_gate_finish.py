@@ -156,3 +156,17 @@ def test_a_full_leave_of_a_bypassed_job_turns_the_guess_back_to_the_short_way(ru
     leave = end(runtime, gate, claimed(runtime, alice[-1]))
     assert not leave.lone and leave.bypassed is True and gate.lone
     assert where(runtime, alice) == ["f", "f", None]
+
+
+def test_a_workers_run_ends_follow_where_its_last_job_was(runtime: Runtime, full_finishes: list[str]) -> None:
+    """The runs as this process's executor makes them: each end tries the short way when the last run it ended here
+    had been sent past the gate, and the full leave otherwise."""
+    alice = [submit(runtime, "alice") for _ in range(SLOTS + 3)]
+    assert where(runtime, alice) == ["f", "f", "b", "b", "b"]
+    executor = runtime.executor()
+    for job_id in (alice[0], alice[2], alice[3], alice[4]):
+        assert executor.run(job_id) == JobState.COMPLETED.value
+    # The first tried the short way (a guess from nothing), was refused and took the full leave; so did the next,
+    # by the guess the first left; that one had been bypassed, and the two after it went the short way.
+    assert full_finishes == [alice[0], alice[2]]
+    assert where(runtime, alice) == [None, "f", None, None, None]
