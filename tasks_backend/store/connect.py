@@ -27,6 +27,7 @@ from ..config import CLUSTER_SCHEMES, is_cluster_url
 from ..errors import StoreUnavailable
 from . import sentinel as failover
 from .cluster import ScriptingCluster
+from .redis_client import StoreClient
 
 T = TypeVar("T")
 
@@ -143,7 +144,7 @@ def connect(url: str, timeout_s: float = 2.0, *, service: str | None = None) -> 
     if (url.startswith("redis://") or sentinel) and sys.platform != "win32":  # Windows wants ms, not a timeval
         timeouts = {"socket_timeout": None, "connection_class": KernelTimeoutConnection, "io_timeout_s": timeout_s}
     open_client = functools.partial(failover.connect_primary, url, service) if sentinel else functools.partial(
-        redis.Redis.from_url, url)
+        StoreClient.from_url, url)
     return open_client(
         decode_responses=True,
         socket_connect_timeout=min(timeout_s, 1.0),

@@ -18,6 +18,8 @@ from urllib.parse import unquote, urlsplit
 import redis
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
+from .redis_client import StoreClient
+
 SCHEME = "sentinel"
 #: The service name of Debian's `/etc/redis/sentinel.conf` and of Redis's own example configuration.
 DEFAULT_SERVICE = "mymaster"
@@ -76,5 +78,6 @@ def connect_primary(url: str, service: str | None, **options: Any) -> redis.Redi
     if password:
         primary["password"] = password
     sentinels = Sentinel(addresses, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
-    client: redis.Redis = sentinels.master_for(service or DEFAULT_SERVICE, db=db, **primary)  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinels.master_for(service or DEFAULT_SERVICE, redis_class=StoreClient, db=db,  # type: ignore[no-untyped-call]
+                                               **primary)
     return client

@@ -18,7 +18,7 @@
 -- Uses: create_job index_owner schedule gate gate_bypass gate_pump
 
 local t = redis.call('TIME')
-local created = create_job(11, t)
+local created, fresh = create_job(11, t)
 if not created then return {false, false} end
 local k = 5
 local idem
@@ -32,8 +32,8 @@ if ARGV[7] ~= '' then
   local now = clock(t)
   local out = {}
   local ttl = tonumber(ARGV[2])
-  gate_admit(k, q, ARGV[6], ARGV[1], gate_info(ARGV[7]), gate_delay(ARGV[8], now), now,
-    gate_cap(k, now, ARGV[9], ARGV[10], ttl), ttl, out)
+  local cap, by = gate_cap(k, now, ARGV[9], ARGV[10], ttl)
+  gate_admit(k, q, ARGV[6], ARGV[1], gate_info(ARGV[7]), gate_delay(ARGV[8], now), now, cap, ttl, out, nil, fresh, by)
   return {created, false, unpack(out)}
 end
 if q then

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.model.domain import JobState
 from tasks_backend.running.admission import DispatchGate
 from tasks_backend.running.dispatch import RedisDispatcher
@@ -315,3 +317,34 @@ def test_the_sweeper_forgets_a_bypassed_job_whose_runs_end_was_lost(runtime: Run
     gate = DispatchGate(runtime.store, runtime.dispatcher, runtime.settings)
     wait_until(lambda: gate.prune() >= 0 and where(runtime, [lost]) == [None], message="the entry was pruned")
     assert where(runtime, alice[:3]) == ["f", "f", "b"]
+
+
+def test_a_bypassed_submit_reads_the_gates_turns_once_and_no_entry(tmp_path: Path) -> None:
+    """A job the submit script has just made is not known to the gate yet: its entry is not read, and the slots and
+    the bypass come from one read of the gate's `turns`. On a Redis of its own: nothing else is counted."""
+    server = EmbeddedRedis(appendonly=False, data_dir=str(tmp_path)).start()
+    try:
+        rt = next(made(server.url))
+        first = [submit(rt, "alice") for _ in range(SLOTS + 1)]
+        assert where(rt, first) == ["f"] * SLOTS + ["b"]
+        rt.store.redis.config_resetstat()
+        job = submit(rt, "alice")
+        stats = rt.store.redis.info("commandstats")
+        calls = {name.removeprefix("cmdstat_"): value["calls"] for name, value in stats.items()}
+        assert calls["evalsha"] == 1
+        assert calls.get("hget", 0) == 0 and calls["hmget"] == 2  # the job's own record, and `turns`
+        assert where(rt, [job]) == ["b"] and queued(rt) == [*first, job]
+    finally:
+        server.stop()
+
+
+def test_about_one_submit_in_eight_trims_the_owners_index_chosen_by_the_job_id(runtime: Runtime) -> None:
+    index = runtime.store.keys.owner_index("alice")
+    trimmed, kept = [], []
+    while len(trimmed) < 2 or len(kept) < 2:
+        runtime.store.redis.zadd(index, {"long-gone": 0})  # older than any job's retention
+        job = submit(runtime, "alice")
+        (kept if runtime.store.redis.zscore(index, "long-gone") is not None else trimmed).append(job)
+        assert len(trimmed) + len(kept) < 400, "no submit trimmed the index"
+    assert all(ord(job[-1]) % 8 == 0 for job in trimmed) and not any(ord(job[-1]) % 8 == 0 for job in kept)
+    assert runtime.store.redis.zscore(index, kept[-1]) is not None and runtime.store.redis.pttl(index) > 0

@@ -25,8 +25,8 @@ local info = nil
 if ARGV[6] ~= '' then info = gate_info(ARGV[6]) end
 local out = {}
 local delay = gate_delay(ARGV[7], now)
-local cap = gate_cap(1, now, ARGV[1], ARGV[2], ttl)
-local known = gate_admit(1, q, ARGV[4], ARGV[5], info, delay, now, cap, ttl, out, ARGV[9])
+local cap, by = gate_cap(1, now, ARGV[1], ARGV[2], ttl)
+local known = gate_admit(1, q, ARGV[4], ARGV[5], info, delay, now, cap, ttl, out, ARGV[9], false, by)
 -- A retry that waits (a delay) does not run the pump as a hold does: the room its leave made is filled now.
 if leaves and delay > 0 then gate_pump(1, q, ARGV[4], now, cap, ttl, out, false) end
 return {known and 1 or 0, unpack(out)}

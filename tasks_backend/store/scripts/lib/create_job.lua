@@ -1,7 +1,7 @@
 -- KEYS: 1 the job hash, 2 its feed.
 -- ARGV: from index `at`: request id, ttl ms, then the new record's name/value pairs (state first) to the end.
--- Sets `created` and `updated` from Redis's clock (`t`: a TIME reply, or nil) and returns that time (the replay of
--- its own request returns the same); false if another request made the job.
+-- Sets `created` and `updated` from Redis's clock (`t`: a TIME reply, or nil) and returns that time and true (the
+-- replay of its own request returns the same time alone: the job was made before); false if another request made it.
 
 local function create_job(at, t)
   local rid = ARGV[at]
@@ -16,5 +16,5 @@ local function create_job(at, t)
   local exp = tonumber(now) + tonumber(ARGV[at + 1])
   redis.call('PEXPIREAT', KEYS[1], exp)
   redis.call('PEXPIREAT', KEYS[2], exp)
-  return now
+  return now, true
 end

@@ -71,14 +71,16 @@ local function gate_recount(g, now, ttl)
   return total
 end
 
--- The worker slots the live workers published (`fallback` when none did); unbounded when fair shares are off.
+-- The worker slots the live workers published (`fallback` when none did); unbounded when fair shares are off. Also
+-- the lone owner's bypass as `turns` holds it ({bo, bp}, read in the same call; nil when fair shares are off), for
+-- an admission to take instead of reading it again (gate_admit).
 local function gate_cap(g, now, fallback, fair, ttl)
   if fair ~= '1' then return 1e12 end
-  local c = redis.call('HMGET', KEYS[g + 2], 'cap', 'capu')
+  local c = redis.call('HMGET', KEYS[g + 2], 'cap', 'capu', 'bo', 'bp')
   local cap
   if c[1] and tonumber(c[2]) >= now then cap = tonumber(c[1]) else cap = gate_recount(g, now, ttl) end
-  if cap < 0 then return tonumber(fallback) end
-  return cap
+  if cap < 0 then cap = tonumber(fallback) end
+  return cap, {c[3], c[4]}
 end
 
 local function conc_free(g, info)

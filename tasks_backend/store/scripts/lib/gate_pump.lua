@@ -200,8 +200,10 @@ end
 -- owner's, another priority, a concurrency limit, a delayed job now due, a job put back) ends the bypass
 -- (gate_bypass_end): what the gate sends from then on goes to the queue's own list, read first, and the bypass
 -- owner takes turns with the others from its bypass list (gate_backlog), as if those jobs had been held.
-local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
-  local raw = redis.call('HGET', KEYS[g], id)
+-- `fresh`: the job was made by this very call, so the gate cannot know it yet (its entry is not read); `by`: the
+-- bypass as gate_cap read it in this call (nil: read here).
+local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, fresh, by)
+  local raw = not fresh and redis.call('HGET', KEYS[g], id)
   if raw then
     info = gate_info(raw)
     if info.t ~= 'x' then return true end
@@ -217,7 +219,7 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg)
   end
   local flying = redis.call('ZCARD', KEYS[g + 3])
   local plain = q and info.c == '' and string.sub(info.x, 1, 1) == '{'
-  local by = plain and redis.call('HMGET', KEYS[g + 2], 'bo', 'bp')
+  by = plain and (by or redis.call('HMGET', KEYS[g + 2], 'bo', 'bp'))
   local mine = plain and (not by[1] or (by[1] == info.o and tonumber(by[2]) == info.p))
   if not mine and gate_bypass_end(g, q, ttl) and plain then mine, by = true, {false} end  -- that bypass was over
   -- Once a bypass began, the owner's new jobs follow the earlier ones into the list even while there is room
