@@ -7,6 +7,7 @@ Every key gets a TTL: per-job keys expire at the job's `createdAt + ttlMs`; inde
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,13 @@ from dataclasses import dataclass
 
 def _digest(value: str, size: int = 16) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[: size * 2]
+
+
+@functools.lru_cache(maxsize=4096)
+def _owner_digest(owner: str) -> str:
+    """An owner's tag digest, kept for the owners seen lately: every submit and admission names one or two owner
+    keys, and the same few owners make most requests."""
+    return _digest(owner, 12)
 
 
 class _JobKey:
@@ -80,7 +88,7 @@ class Keys:
 
     # -- one owner (each expires at the TTL ceiling) ------------------------------------------------
     def owner_tag(self, owner: str) -> str:
-        return f"{self.prefix}:{{o:{_digest(owner, 12)}}}"
+        return f"{self.prefix}:{{o:{_owner_digest(owner)}}}"
 
     owner_index = _OwnerKey("jobs")  #: the owner's jobs (sorted set: job id -> creation, ms)
 

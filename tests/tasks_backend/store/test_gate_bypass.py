@@ -321,7 +321,8 @@ def test_the_sweeper_forgets_a_bypassed_job_whose_runs_end_was_lost(runtime: Run
 
 def test_a_bypassed_submit_reads_the_gates_turns_once_and_no_entry(tmp_path: Path) -> None:
     """A job the submit script has just made is not known to the gate yet: its entry is not read, and the slots and
-    the bypass come from one read of the gate's `turns`. On a Redis of its own: nothing else is counted."""
+    the bypass come from one read of the gate's `turns`; while the bypass goes on, its jobs in flight are not
+    counted. On a Redis of its own: nothing else is counted."""
     server = EmbeddedRedis(appendonly=False, data_dir=str(tmp_path)).start()
     try:
         rt = next(made(server.url))
@@ -333,6 +334,7 @@ def test_a_bypassed_submit_reads_the_gates_turns_once_and_no_entry(tmp_path: Pat
         calls = {name.removeprefix("cmdstat_"): value["calls"] for name, value in stats.items()}
         assert calls["evalsha"] == 1
         assert calls.get("hget", 0) == 0 and calls["hmget"] == 2  # the job's own record, and `turns`
+        assert calls["zcard"] == 1  # nobody waits in the ring; what is in flight does not decide
         assert where(rt, [job]) == ["b"] and queued(rt) == [*first, job]
     finally:
         server.stop()

@@ -217,11 +217,13 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, 
     redis.call('PEXPIRE', KEYS[g + 4], ttl)
     return true
   end
-  local flying = redis.call('ZCARD', KEYS[g + 3])
   local plain = q and info.c == '' and string.sub(info.x, 1, 1) == '{'
   by = plain and (by or redis.call('HMGET', KEYS[g + 2], 'bo', 'bp'))
   local mine = plain and (not by[1] or (by[1] == info.o and tonumber(by[2]) == info.p))
   if not mine and gate_bypass_end(g, q, ttl) and plain then mine, by = true, {false} end  -- that bypass was over
+  -- Jobs in flight are counted where the count decides: not for a bypass under way, which takes the owner's job.
+  local flying = -1
+  if not (mine and not raw and by[1]) then flying = redis.call('ZCARD', KEYS[g + 3]) end
   -- Once a bypass began, the owner's new jobs follow the earlier ones into the list even while there is room
   -- (jobs run from the list are not counted in flight): sent to the queue's own list, they would go ahead of them.
   if mine and not raw and (by[1] or flying >= cap) and redis.call('ZCARD', KEYS[g + 1]) == 0 then
@@ -236,6 +238,7 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, 
     end
     return true
   end
+  if flying < 0 then flying = redis.call('ZCARD', KEYS[g + 3]) end
   local room = conc_free(g, info)
   -- Jobs set aside on a value that has room (a value freed by a path that put none back) go first.
   if room and info.c ~= '' then gate_restore(g, q, info.c, ttl, true) end
