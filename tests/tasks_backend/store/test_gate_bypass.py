@@ -325,7 +325,7 @@ def test_a_bypassed_submit_reads_the_gates_turns_once_and_no_entry(tmp_path: Pat
     counted. On a Redis of its own: nothing else is counted."""
     server = EmbeddedRedis(appendonly=False, data_dir=str(tmp_path)).start()
     try:
-        rt = next(made(server.url))
+        rt = next(made(f"redis://127.0.0.1:{server.port}"))
         first = [submit(rt, "alice") for _ in range(SLOTS + 1)]
         assert where(rt, first) == ["f"] * SLOTS + ["b"]
         rt.store.redis.config_resetstat()
