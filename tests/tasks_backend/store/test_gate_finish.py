@@ -14,7 +14,7 @@ from tasks_backend.running.admission import DispatchGate
 from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.admission import GateLeave
 from tasks_backend.store.claims import ClaimTerms
-from tests.tasks_backend.store.test_gate_bypass import SLOTS, made, queued, submit, where
+from tests.support.gate import SLOTS, made, queued, submit, where
 
 
 @pytest.fixture
