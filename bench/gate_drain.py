@@ -87,21 +87,33 @@ def empty_calls(runtime: Runtime, jobs: int) -> Drained:
                    [])
 
 
-def runtime_on(url: str, slots: int, **overrides: Any) -> Runtime:
-    """A runtime whose broker is its store's Redis at `url` (`overrides`: `Settings` fields, such as its own key
-    prefix and queue)."""
-    return build_runtime(Settings.from_env({"REDIS_URL": url, "TASKS_BACKEND_DISPATCH_SLOTS": str(slots),
-                                            "TASKS_BACKEND_FAIR_SHARES": "1"}, **overrides))
+def runtime_on(url: str, slots: int, *, fair: bool = True, **overrides: Any) -> Runtime:
+    """A runtime whose broker is its store's Redis at `url`, running the bench's jobs with its limits out of the way
+    (`overrides`: `Settings` fields, such as its own key prefix and queue)."""
+    return build_runtime(Settings.from_env({
+        "REDIS_URL": url, "TASKS_BACKEND_JOBS": "bench.jobs", "TASKS_BACKEND_DISPATCH_SLOTS": str(slots),
+        "TASKS_BACKEND_FAIR_SHARES": "1" if fair else "0", "TASKS_BACKEND_RATE_LIMIT": "1000000000",
+        "TASKS_BACKEND_MAX_ACTIVE_JOBS": "1000000000"}, **overrides))
+
+
+def own_redis_args(description: str, jobs: int, rounds: int, argv: list[str] | None) -> argparse.Namespace:
+    """The options of a bench run against a Redis of its own: jobs a round, rounds, worker slots, which redis-server."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--jobs", type=int, default=jobs)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--redis-server", default=None, help="a redis-server binary (default: the embedded one)")
+    return parser.parse_args(argv)
+
+
+def own_redis(args: argparse.Namespace) -> EmbeddedRedis:
+    """That Redis, started (the embedded one unless `--redis-server` names another)."""
+    return EmbeddedRedis(**({"binary": args.redis_server} if args.redis_server else {})).start()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--redis-server", default=None, help="a redis-server binary (default: the embedded one)")
-    args = parser.parse_args(argv)
-    server = EmbeddedRedis(**({"binary": args.redis_server} if args.redis_server else {})).start()
+    args = own_redis_args(__doc__.splitlines()[0], 3000, 4, argv)
+    server = own_redis(args)
     try:
         runtime = runtime_on(server.url, args.slots)
         client = redis.Redis.from_url(server.url)

@@ -14,17 +14,14 @@ than this difference; this is the figure a change to a run's last transition is 
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 
-from tasks_backend.config import Settings
-from tasks_backend.devtools.embedded import EmbeddedRedis
 from tasks_backend.model.domain import JobState
-from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.service.runtime import Runtime
 from tasks_backend.store.claims import ClaimTerms
 
-from .gate_drain import redis_cpu_s
+from .gate_drain import own_redis, own_redis_args, redis_cpu_s, runtime_on
 from .measures import paired_medians
 from .procs import script_usec
 
@@ -38,13 +35,6 @@ class Ends:
     script_us: float
     redis_cpu_us: float
     short: int
-
-
-def runtime_on(url: str, fair: bool, slots: int, name: str) -> Runtime:
-    return build_runtime(Settings.from_env({
-        "REDIS_URL": url, "TASKS_BACKEND_JOBS": "bench.jobs", "TASKS_BACKEND_FAIR_SHARES": "1" if fair else "0",
-        "TASKS_BACKEND_DISPATCH_SLOTS": str(slots), "TASKS_BACKEND_RATE_LIMIT": "1000000000",
-        "TASKS_BACKEND_MAX_ACTIVE_JOBS": "1000000000"}, key_prefix=name, queue=name))
 
 
 def ends(runtime: Runtime, jobs: int) -> Ends:
@@ -77,16 +67,11 @@ def ends(runtime: Runtime, jobs: int) -> Ends:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--redis-server", default=None, help="a redis-server binary (default: the embedded one)")
-    args = parser.parse_args(argv)
-    server = EmbeddedRedis(**({"binary": args.redis_server} if args.redis_server else {})).start()
+    args = own_redis_args(__doc__.splitlines()[0], 2000, 6, argv)
+    server = own_redis(args)
     try:
-        sides = {"on": runtime_on(server.url, True, args.slots, "ends-on"),
-                 "off": runtime_on(server.url, False, args.slots, "ends-off")}
+        sides = {side: runtime_on(server.url, args.slots, fair=side == "on", key_prefix=f"ends-{side}",
+                                  queue=f"ends-{side}") for side in ("on", "off")}
         print(f"run ends: {args.jobs} jobs of one owner a round, {args.slots} slots, fair shares on vs off")
         measured: dict[str, list[Ends]] = {"on": [], "off": []}
         for n in range(args.rounds):

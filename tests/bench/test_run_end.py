@@ -7,7 +7,7 @@ import secrets
 
 import pytest
 
-from bench import run_end
+from bench import gate_drain, run_end
 from tasks_backend.model.domain import JobState
 from tests.conftest import single_redis
 
@@ -15,7 +15,7 @@ from tests.conftest import single_redis
 @pytest.mark.parametrize("fair", [True, False], ids=["on", "off"])
 def test_a_lone_owners_run_ends_are_measured_the_short_way_with_fair_shares_on(redis_base: str, fair: bool) -> None:
     name = f"ends{secrets.token_hex(4)}"
-    runtime = run_end.runtime_on(f"{single_redis(redis_base)}/12", fair, 2, name)
+    runtime = gate_drain.runtime_on(f"{single_redis(redis_base)}/12", 2, fair=fair, key_prefix=name, queue=name)
     ended = run_end.ends(runtime, 30)
     # The first two went to the slots and end the full way (the first tried the short way, refused); the third is
     # the first bypassed job, ended the full way by the guess the first two left, which it turns back.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -272,3 +273,24 @@ def test_about_one_submit_in_eight_trims_the_owners_index_chosen_by_the_job_id(r
         assert len(trimmed) + len(kept) < 400, "no submit trimmed the index"
     assert all(ord(job[-1]) % 8 == 0 for job in trimmed) and not any(ord(job[-1]) % 8 == 0 for job in kept)
     assert runtime.store.redis.zscore(index, kept[-1]) is not None and runtime.store.redis.pttl(index) > 0
+
+
+def test_a_submit_applied_twice_sends_its_job_once_whether_in_flight_or_bypassed(runtime: Runtime) -> None:
+    """The script of a submit whose reply was lost is sent again whole: the second call finds the job made by the
+    first (not by itself), so it reads the gate's entry and leaves the job where the first call sent it."""
+    scripts = runtime.store.scripts
+    sent: list[tuple[list[str], tuple[Any, ...]]] = []
+    call_script = scripts.call
+
+    def recording(name: str, keys: list[str], *args: Any) -> Any:
+        if name == "submit":
+            sent.append((list(keys), args))
+        return call_script(name, keys, *args)
+
+    scripts.call = recording  # type: ignore[method-assign]
+    jobs = [submit(runtime, "alice") for _ in range(SLOTS + 1)]
+    scripts.call = call_script  # type: ignore[method-assign]
+    assert where(runtime, jobs) == ["f"] * SLOTS + ["b"]
+    for keys, args in (sent[0], sent[-1]):  # one sent into flight, one past the slots
+        call_script("submit", keys, *args)
+    assert where(runtime, jobs) == ["f"] * SLOTS + ["b"] and queued(runtime) == jobs
