@@ -9,7 +9,7 @@ BENCH_PINS := bench/baselines/requirements.txt
 QUICK ?=
 BENCH_ARGS ?=
 
-.PHONY: bench bench-deps bench-hostile bench-revisions bench-scaling bench-schedules bench-tracing
+.PHONY: bench bench-deps bench-hostile bench-instructions bench-revisions bench-scaling bench-schedules bench-tracing valgrind-deps
 
 bench: install bench-deps
 	$(PY) -m bench.run $(if $(QUICK),--quick) $(BENCH_ARGS)
@@ -55,3 +55,15 @@ bench-revisions: install bench-deps
 # side by side (about 2 minutes; QUICK=1 under a minute): the traced submit keeps >= 0.8x.
 bench-tracing: install bench-deps
 	$(PY) -m bench.tracing $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+# Redis's instructions per submit, counted by valgrind's callgrind (about 2 minutes): the figure a change to the
+# submit's scripts is judged by (`bench/submit_instructions.py`). Its test needs valgrind too.
+bench-instructions: install valgrind-deps
+	$(PY) -m bench.submit_instructions $(BENCH_ARGS)
+
+valgrind-deps:
+	@command -v callgrind_control >/dev/null || { command -v apt-get >/dev/null && \
+		(apt-get update -qq && apt-get install -y -qq valgrind) >/dev/null; } || \
+		{ echo "bench: valgrind is needed (apt-get install valgrind)"; exit 1; }
+
+TEST_DEPS += valgrind-deps

@@ -8,9 +8,13 @@
 -- fraction of a ms (an owner index orders one client's quick submissions in the order made).
 local function clock(t, fine)
   t = t or redis.call('TIME')
-  local us = tonumber(t[2])
-  if fine then return tonumber(t[1]) * 1000 + us / 1000 end
-  return tonumber(t[1]) * 1000 + math.floor(us / 1000)
+  local s, us = t.s, t.us
+  if not s then  -- parsed once per reply: a script asks for its time at every step, and tonumber is not cheap
+    s, us = tonumber(t[1]), tonumber(t[2])
+    t.s, t.us = s, us
+  end
+  if fine then return s * 1000 + us / 1000 end
+  return s * 1000 + math.floor(us / 1000)
 end
 
 -- Redis's time in microseconds (the rate limits count in them); `t` as for clock().

@@ -47,12 +47,15 @@ local function gate_member(id, info)
   return string.format('%s:%d:%013d:%s', info.o, 9 - info.p, tonumber(info.s), id)
 end
 
--- `fresh`: the entry may be new (and the hash with it): its TTL is set.
+-- `fresh`: the entry may be new (and the hash with it): its TTL is set. Numbers are written with ms(): Lua would
+-- print them as floats (a costly format on every submit, and an exponent past 14 digits).
 local function gate_put(g, id, info, ttl, fresh)
   local x = ''
   if info.t == 'h' or info.t == 'd' then x = info.x end
-  redis.call('HSET', KEYS[g], id, table.concat({info.t, info.p, info.m, info.s, info.o, info.c, x}, '|'))
-  if fresh then redis.call('PEXPIRE', KEYS[g], ttl) end
+  local s = info.s
+  if type(s) == 'number' then s = ms(s) end
+  redis.call('HSET', KEYS[g], id, table.concat({info.t, ms(info.p), ms(info.m), s, info.o, info.c, x}, '|'))
+  if fresh then redis.call('PEXPIRE', KEYS[g], ms(ttl)) end
 end
 
 -- The live workers' slots, counted again and cached; -1 when none published.

@@ -229,7 +229,7 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, 
   if mine and not raw and (by[1] or flying >= cap) and redis.call('ZCARD', KEYS[g + 1]) == 0 then
     local message = info.x
     info.t = 'b'
-    info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', 1)  -- its place among the owner's, should it meet held ones
+    info.s = redis.call('HINCRBY', KEYS[g + 2], 'seq', '1')  -- its place among the owner's, should it meet held ones
     gate_put(g, id, info, ttl, true)
     push_counted(q, message, cttl, ttl, true)
     if not by[1] then
