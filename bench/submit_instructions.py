@@ -7,14 +7,15 @@ Usage: python -m bench.submit_instructions [--requests 2000] [--warm 200]
 The dispatch row of `bench.run` compares rates on two shared cores, which move by a tenth between runs of one
 machine and by more between machines; Redis's part of a submit is where the product spends more than the bare
 route (a script of some twenty commands against one LPUSH). An instruction count of the product's rows is the same
-from run to run to a fraction of a per cent, whatever else the machine does, so a change to the submit's scripts is
-judged by it; the bare route's, a fortieth of theirs, moves by a few per cent (the server's own background work).
-Counted: Redis's own code and its libraries, every thread of it (the AOF's writes into the kernel's buffers, not
-the kernel's work behind them, nor the sockets'). The server runs at `hz 1` so that its timer, which fires more
-often per request under valgrind's slowdown, stays out of the counts.
+from run to run to about half a per cent, so a change to the submit's scripts is judged by it; the bare route's, a
+fortieth of theirs, moves by a few per cent. What still depends on time, and so a little on the machine's load:
+the server's timer and the AOF's flush each second (the server runs at `hz 1` so that its timer, which fires more
+often per request under valgrind's slowdown, weighs less), and the rate limit's grants, which last a second (a
+slower run asks for more of them). Counted: Redis's own code and its libraries, every thread of it (the AOF's
+writes into the kernel's buffers, not the kernel's work behind them, nor the sockets').
 
-Printed, per request: the priority submit with fair shares on (the dispatch row's), the plain one, the one with an
-Idempotency-Key, the bare route, and each product row's ratio to the bare route.
+Printed, per request: the priority submit (the dispatch row's), the plain one, the one with an Idempotency-Key (all
+three with fair shares on, as shipped), the bare route, and each product row's ratio to the bare route.
 """
 
 from __future__ import annotations
@@ -57,17 +58,26 @@ class Callgrind:
     out_dir: Path
 
     def zero(self) -> None:
-        subprocess.run(["callgrind_control", "-z", str(self.pid)], check=True, capture_output=True)
+        self._control("-z")
 
     def read(self) -> int:
         """Instructions since the last zero (callgrind writes them to a numbered dump file)."""
         before = set(self.out_dir.glob("cg.*"))
-        subprocess.run(["callgrind_control", "-d", str(self.pid)], check=True, capture_output=True)
-        (dump,) = set(self.out_dir.glob("cg.*")) - before
+        self._control("-d")
+        made = set(self.out_dir.glob("cg.*")) - before
+        if len(made) != 1:
+            raise RuntimeError(f"callgrind's dump made {len(made)} files in {self.out_dir}, not one")
+        (dump,) = made
         found = re.search(r"^summary: (\d+)$", dump.read_text(), re.MULTILINE)
         if found is None:
             raise RuntimeError(f"callgrind wrote no summary line in {dump}")
         return int(found.group(1))
+
+    def _control(self, flag: str) -> None:
+        # callgrind_control exits 0 whatever happened: its "OK." is the only sign the command was carried out.
+        done = subprocess.run(["callgrind_control", flag, str(self.pid)], capture_output=True, text=True)
+        if "OK." not in done.stdout:
+            raise RuntimeError(f"callgrind_control {flag} {self.pid} failed: {done.stdout}{done.stderr}")
 
 
 @contextmanager
@@ -167,7 +177,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="requests counted per row (default 2000)")
     parser.add_argument("--warm", type=int, default=200, help="requests sent before counting (default 200)")
-    parser.add_argument("--row", action="append", default=[], metavar="NAME",
+    parser.add_argument("--row", action="append", default=[], choices=(*ROWS, BARE),
                         help="count this row only (repeatable; the bare route's name for the ratios)")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON instead of a table")
     args = parser.parse_args()

@@ -4,6 +4,11 @@ route's LPUSH."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
 from bench import submit_instructions as bench
 
 PRIORITY = "submit with a priority, fair shares on"
@@ -24,3 +29,9 @@ def test_the_report_gives_each_row_against_the_bare_route() -> None:
     lines = bench.report({PRIORITY: 500_000.0, bench.BARE: 10_000.0}).splitlines()
     assert lines[1].split()[-2:] == ["500,000", "50.00x"]
     assert lines[2].split()[-2:] == ["10,000", "1.00x"]
+
+
+def test_a_counter_of_a_process_not_under_callgrind_fails_plainly(tmp_path: Path) -> None:
+    # callgrind_control exits 0 when it finds no such process: a zero that did nothing must not pass unseen.
+    with pytest.raises(RuntimeError, match="failed"):
+        bench.Callgrind(os.getpid(), tmp_path).zero()
