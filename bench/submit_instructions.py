@@ -38,7 +38,8 @@ from unittest import mock
 
 from tasks_backend.config import Settings
 from tasks_backend.devtools.embedded import EmbeddedRedis, redis_server_binary
-from tasks_backend.service.runtime import build_runtime
+
+from .gate_drain import runtime_on
 
 #: The row every other is compared with.
 BARE = "bare apply_async route"
@@ -107,9 +108,9 @@ def product_sends(url: str) -> dict[str, Send]:
     from adapters.app import create_app
 
     token = uuid.uuid4().hex
-    env = {"REDIS_URL": url, "TASKS_BACKEND_JOBS": "bench.jobs", "TASKS_BACKEND_TOKENS": f"bench:{token}",
-           "TASKS_BACKEND_RATE_LIMIT": "1000000000", "TASKS_BACKEND_MAX_ACTIVE_JOBS": "1000000000"}
-    client = create_app(runtime=build_runtime(Settings.from_env(env))).test_client()
+    # The slots as shipped, as the dispatch row's web server runs.
+    runtime = runtime_on(url, Settings.dispatch_slots, tokens=f"bench:{token}")
+    client = create_app(runtime=runtime).test_client()
     headers = {"Authorization": f"Bearer {token}"}
 
     def send(body: dict[str, Any], keyed: bool = False) -> Send:

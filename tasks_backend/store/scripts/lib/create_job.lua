@@ -10,11 +10,12 @@ local function create_job(at, t)
     if replayed(prev[1], rid) then return prev[2] end
     return false
   end
-  local now = ms(clock(t))
+  local at_ms = clock(t)
+  local now = ms(at_ms)
   redis.call('HSET', KEYS[1], 'created', now, 'updated', now, 'rq', rid .. ' ', unpack(ARGV, at + 2))
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', '128', '*', 's', ARGV[at + 3], 'u', now)
   -- Written once as an integer: a number handed to redis.call is printed as a float on every call.
-  local exp = ms(tonumber(now) + tonumber(ARGV[at + 1]))
+  local exp = ms(at_ms + tonumber(ARGV[at + 1]))
   redis.call('PEXPIREAT', KEYS[1], exp)
   redis.call('PEXPIREAT', KEYS[2], exp)
   return now, true
