@@ -23,6 +23,8 @@ CATCH_UP = ("none", "latest", "all")
 GRACE_MS = 5000
 #: `catchUp: "all"` makes at most this many jobs for the ticks missed in one stop (the latest ones).
 MAX_CATCH_UP = 100
+#: How far back a catch-up looks for a change of the clocks (no zone moves them more than two hours at once).
+CLOCK_CHANGE_MS = 3 * 3600 * 1000
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 FIELDS = ("name", "operation", "params", "cron", "everySeconds", "timezone", "catchUp", "priority")
 
@@ -75,7 +77,7 @@ class ScheduleSpec:
         if self.every_s is not None:
             period = self.every_s * 1000
             last = anchor_ms + (now_ms - anchor_ms) // period * period
-            return [t for t in range(last, since_ms - 1, -period)][:limit]
+            return list(range(last, since_ms - 1, -period)[:limit])  # a range's slice: no list of every tick
         assert self.cron is not None
         out: list[int] = []
         # The second added before the time is made local: added after, it would drop the `fold` of an hour the
@@ -87,30 +89,52 @@ class ScheduleSpec:
                 break
             if t <= now_ms:
                 out.append(t)
-        return out
+        zone, early = ZoneInfo(self.timezone), max(since_ms, now_ms - CLOCK_CHANGE_MS)
+        if _offset(early, zone) == _offset(now_ms, zone):
+            return out
+        # The clocks went back within the window: a tick in the first pass through the repeated hour is later on
+        # the wall clock than a `now` in the second, and the reverse search, which walks the wall clock back, never
+        # meets it. A walk forward in time over the window does.
+        found, t = set(out), early - 1
+        while (t := self.next_after(t, anchor_ms)) <= now_ms:
+            found.add(t)
+        return sorted(found, reverse=True)[:limit]
+
+
+def _offset(t_ms: int, zone: ZoneInfo) -> Any:
+    return datetime.fromtimestamp(t_ms / 1000, zone).utcoffset()
 
 
 def _ms(moment: datetime) -> int:
     return int(moment.astimezone(UTC).timestamp() * 1000)
 
 
-def plan(spec: ScheduleSpec, next_ms: int, now_ms: int, anchor_ms: int, *, paused: bool) -> tuple[list[int], int]:
+def plan(spec: ScheduleSpec, next_ms: int, now_ms: int, anchor_ms: int, *, paused: bool,
+         held: tuple[int, int] | None = None) -> tuple[list[int], int]:
     """(ticks to make a job for, oldest first; the next run after `now_ms`) for a schedule due at `next_ms`.
 
     The latest due tick is on time if seen within `grace_ms` of it, and always gets its job; older ticks
     and a late latest one are missed: `none` skips them, `latest` makes one job for the newest of them,
-    `all` one for each (the latest `MAX_CATCH_UP`). A paused schedule makes none and moves on."""
+    `all` one for each (the latest `MAX_CATCH_UP`). A paused schedule makes none and moves on.
+
+    `held`: (when a ticker first took the schedule for this run, the end of a lease on it that lapsed), if a
+    ticker took it and died (or failed) before moving it on. The ticks up to the lapse that fell no longer than
+    the grace before that first taking are on time as well: they were seen in time, and the lease kept every
+    other ticker away from them."""
     following = spec.next_after(now_ms, anchor_ms)
     if paused or next_ms > now_ms:
         return [], following if next_ms <= now_ms else next_ms
     due = spec.ticks_up_to(now_ms, next_ms, anchor_ms, MAX_CATCH_UP + 1)
-    fire: list[int] = []
-    if due and now_ms - due[0] <= grace_ms(following - due[0]):
-        fire, due = [due[0]], due[1:]
+    if not due:
+        return [], following
+    grace = grace_ms(following - due[0])
+    fire = [t for i, t in enumerate(due) if (i == 0 and now_ms - t <= grace)
+            or (held is not None and held[0] - grace <= t <= held[1])]
+    missed = [t for t in due if t not in fire]
     if spec.catch_up == "latest":
-        fire += due[:1]
+        fire += missed[:1]
     elif spec.catch_up == "all":
-        fire += due[:MAX_CATCH_UP]
+        fire += missed[:MAX_CATCH_UP]
     return sorted(fire), following
 
 

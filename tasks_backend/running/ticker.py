@@ -6,7 +6,9 @@ it on with a compare-and-set on what it read, the ticks marked pending. Then it 
 tick, with an idempotency key of (schedule, generation, tick) under the owner, and clears them. A ticker
 killed between the two steps leaves the ticks pending; the next pass (its own or another's, once the lease
 lapses) makes the same jobs again, which the idempotency keys turn into the jobs already made: no tick's
-job is made twice, none is lost. It sleeps until the earliest due entry, at most `max_wait_s`.
+job is made twice, none is lost. A ticker that dies before its compare-and-set leaves only its lease; the
+ticker that takes the schedule when it lapses is told when it was first taken, so that the ticks seen in
+time then are not judged missed (`plan`'s `held`). It sleeps until the earliest due entry, at most `max_wait_s`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BadRequest
 from ..model.schedules import Schedule, plan
-from ..store.schedules import ScheduleStore
+from ..store.schedules import Held, ScheduleStore
 from .loops import repeat
 
 log = logging.getLogger(__name__)
@@ -62,19 +64,19 @@ class Ticker:
                 break
         return done
 
-    def _handle(self, now: int, taken: list[tuple[str, str]], done: Pass) -> None:
+    def _handle(self, now: int, taken: dict[tuple[str, str], Held | None], done: Pass) -> None:
         leased = now + self.lease_ms
         settle: list[tuple[str, str, int, int | None]] = []
         work: list[tuple[Schedule, tuple[int, ...]]] = []
         claims: list[tuple[Schedule, list[int], int]] = []
-        for (owner, name), schedule in zip(taken, self.store.get_many(taken), strict=True):
+        for (owner, name), schedule in zip(taken, self.store.get_many(list(taken)), strict=True):
             if schedule is None:
                 settle.append((owner, name, leased, None))  # deleted: its entry goes
             elif schedule.pending:
                 work.append((schedule, schedule.pending))  # a pass died before making these: finish them
             else:
                 ticks, next_ms = plan(schedule.spec, schedule.next_ms, now, schedule.anchor_ms,
-                                      paused=schedule.paused)
+                                      paused=schedule.paused, held=taken[owner, name])
                 claims.append((schedule, ticks, next_ms))
         for (schedule, ticks, next_ms), ok in zip(claims, self.store.claim_many(claims), strict=True):
             if ok and ticks:

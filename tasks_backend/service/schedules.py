@@ -64,7 +64,8 @@ class ScheduleService:
         now = self.store.now_ms()
         most = self.jobs.settings.max_schedules if capped else 0
         outcome, _ = self.store.put(owner, spec, generation=secrets.token_hex(8), anchor_ms=now,
-                                    next_ms=spec.next_after(now, now), replace=replace, most=max(0, most))
+                                    next_ms=spec.next_after(now, now), replace=replace, most=max(0, most),
+                                    declared=not capped)
         if outcome == "conflict":
             raise ScheduleConflict()
         if outcome == "limit":

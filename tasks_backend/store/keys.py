@@ -118,6 +118,14 @@ class Keys:
         expires with the schedule."""
         return f"{self.owner_tag(owner)}:schedjobs:{_digest(name)}"
 
+    def schedule_deleted(self, owner: str, name: str) -> str:
+        """The request id that deleted a schedule (a string), which a replay of that delete answers; short TTL."""
+        return f"{self.owner_tag(owner)}:scheddel:{_digest(name)}"
+
+    #: the owner's schedules declared in code (set: name), which do not count against `max_schedules`;
+    #: expires with the owner's schedules
+    schedules_declared = _OwnerKey("schedsdecl")
+
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.owner_tag(owner)}:idem:{_digest(key)}"
 
@@ -157,6 +165,17 @@ class Keys:
     #: schedules the ticker must look at (sorted set: "<name> LF <owner>" -> next run, Redis ms); renewed at
     #: the TTL ceiling on every write
     schedules_due = _SystemKey("sched:due")
+
+    def schedules_taken(self) -> str:
+        """The due entries a ticker took (hash: member -> "<first taken ms> <lease end ms>"), so that a schedule
+        whose taker died is judged from when it was first taken; in the due set's slot (its whole name is the tag),
+        renewed with it."""
+        return f"{self.prefix}:{{{self.schedules_due()}}}:taken"
+
+    def schedules_take_reply(self, request_id: str) -> str:
+        """The reply of one take of the due set (a string), which its replay answers; in the due set's slot,
+        expiring with the lease it gave."""
+        return f"{self.prefix}:{{{self.schedules_due()}}}:take:{request_id}"
     #: the operations the workers run, as they last published them (hash: name -> publish time and entry; see
     #: `catalog`): what an application that submits without the job code checks params against
     operations = _SystemKey("operations")

@@ -15,6 +15,7 @@ from typing import Any
 from ..model.schedules import Schedule, ScheduleSpec
 from .connect import redis_errors
 from .jobs import RedisStore
+from .runner import new_request_id
 
 #: Every field of a schedule hash, and what it holds (Python names them only here; scripts in Redis).
 FIELDS = {
@@ -29,7 +30,10 @@ FIELDS = {
     "lastjob": "the id of that job",
     "created": "when it was defined, Redis ms",
     "updated": "its last change, Redis ms",
+    "rq": "the last request that changed it and its reply ('<request id> <reply>'): a replay answers it",
 }
+#: How long a delete's request id is kept, for a replay of that delete to answer as the delete did (ms).
+DELETED_MS = 60_000
 #: The field of a job hash that names the schedule that made it (see `store.fields`).
 JOB_FIELD = "sched"
 
@@ -59,6 +63,10 @@ def _schedule(raw: dict[str, str]) -> Schedule | None:
                     pending=pending)
 
 
+#: (when a ticker first took a schedule for its current run, the end of a lease on it that lapsed), Redis ms.
+Held = tuple[int, int]
+
+
 def body_of(spec: ScheduleSpec) -> str:
     return json.dumps(spec.wire(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -81,16 +89,20 @@ class ScheduleStore:
 
     # -- define, read, change ------------------------------------------------------------------------
     def put(self, owner: str, spec: ScheduleSpec, *, generation: str, anchor_ms: int, next_ms: int,
-            replace: bool = False, most: int = 0) -> tuple[str, int | None]:
+            replace: bool = False, most: int = 0, declared: bool = False) -> tuple[str, int | None]:
         """Define a schedule: (created | replaced | same | conflict | limit, its next run); then its due entry.
-        `most`: a new name is refused ('limit') while the owner has that many schedules (0: no limit)."""
+        `most`: a new name is refused ('limit') while the owner has that many schedules, not counting those
+        `declared` in code (0: no limit)."""
         pairs = ["owner", owner, "gen", generation, "anchor", anchor_ms, "next", next_ms, "paused", "0",
                  "pending", ""]
+        rid = new_request_id()
 
         def call() -> tuple[str, Any]:
             reply = self.scripts.call("schedules.put", [self.keys.schedule(owner, spec.name),
-                                                        self.keys.schedules(owner)],
-                                      spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, most, *pairs)
+                                                        self.keys.schedules(owner),
+                                                        self.keys.schedules_declared(owner)],
+                                      spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, most, rid,
+                                      "1" if declared else "", *pairs)
             return str(reply[0]), reply[1]
 
         outcome, at = call()
@@ -115,6 +127,8 @@ class ScheduleStore:
             pipe = self.redis.pipeline(transaction=False)
             pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=only_new)
             pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
+            if not only_new:  # a new run: a ticker's record of taking the old one names a lease that is gone
+                pipe.hdel(self.keys.schedules_taken(), member(owner, name))
             pipe.execute()
 
     def get(self, owner: str, name: str) -> Schedule | None:
@@ -163,9 +177,15 @@ class ScheduleStore:
 
     def delete(self, owner: str, name: str) -> bool:
         existed = self.scripts.call("schedules.delete", [self.keys.schedule(owner, name), self.keys.schedules(owner),
-                                                         self.keys.schedule_jobs(owner, name)], name, self.ttl_ms)
+                                                         self.keys.schedule_jobs(owner, name),
+                                                         self.keys.schedule_deleted(owner, name),
+                                                         self.keys.schedules_declared(owner)],
+                                    name, self.ttl_ms, new_request_id(), DELETED_MS)
         with redis_errors():
-            self.redis.zrem(self.keys.schedules_due(), member(owner, name))
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zrem(self.keys.schedules_due(), member(owner, name))
+            pipe.hdel(self.keys.schedules_taken(), member(owner, name))
+            pipe.execute()
         return bool(existed)
 
     def jobs_page(self, owner: str, name: str, before: tuple[float, str] | None,
@@ -184,21 +204,33 @@ class ScheduleStore:
                 self.redis.zrem(self.keys.schedule_jobs(owner, name), *job_ids)
 
     # -- the ticker's side ---------------------------------------------------------------------------
-    def take_due(self, limit: int, lease_ms: int) -> tuple[int, int | None, list[tuple[str, str]]]:
-        """(Redis now, the earliest entry left or None, (owner, name) of up to `limit` schedules due now),
-        each taken for `lease_ms`."""
-        reply = self.scripts.call("schedules.take", [self.keys.schedules_due()], limit, lease_ms, self.ttl_ms)
+    def take_due(self, limit: int, lease_ms: int) -> tuple[int, int | None, dict[tuple[str, str], Held | None]]:
+        """(Redis now, the earliest entry left or None, up to `limit` schedules due now, each taken for `lease_ms`:
+        (owner, name) -> (when a ticker first took it for this run, the end of the lease that lapsed) if another
+        taking of it lapsed, else None)."""
+        rid = new_request_id()
+        reply = self.scripts.call("schedules.take", [self.keys.schedules_due(), self.keys.schedules_taken(),
+                                                     self.keys.schedules_take_reply(rid)],
+                                  limit, lease_ms, self.ttl_ms)
         now, first = int(reply[0]), (int(float(reply[1])) if reply[1] else None)
-        return now, first, [parse_member(str(m)) for m in reply[2:]]
+        rows = reply[2:]
+        taken: dict[tuple[str, str], Held | None] = {}
+        for i in range(0, len(rows), 3):
+            since, lapsed = rows[i + 1], rows[i + 2]
+            taken[parse_member(str(rows[i]))] = (int(since), int(lapsed)) if lapsed else None
+        return now, first, taken
 
     def claim_many(self, claims: Sequence[tuple[Schedule, list[int], int]]) -> list[bool]:
         """Move each schedule on to its next run with its ticks pending, if it is still as read (one round trip)."""
+        rids = [new_request_id() for _ in claims]
+
         def build(p: Any) -> None:
-            for s, ticks, next_ms in claims:
+            for (s, ticks, next_ms), rid in zip(claims, rids, strict=True):
                 self.scripts.queue(p, "schedules.claim", [self.keys.schedule(s.owner, s.name),
-                                                          self.keys.schedules(s.owner)],
+                                                          self.keys.schedules(s.owner),
+                                                          self.keys.schedules_declared(s.owner)],
                                    s.generation, s.next_ms, "1" if s.paused else "0", next_ms,
-                                   ",".join(map(str, ticks)), self.ttl_ms)
+                                   ",".join(map(str, ticks)), self.ttl_ms, rid)
 
         return [r == "ok" for r in self.scripts.run(build)] if claims else []
 
@@ -207,14 +239,16 @@ class ScheduleStore:
         """Record the (job id, tick) of the jobs made for each schedule's pending ticks (a tick let go has none)
         and write each one's job hash's schedule name; the next run of each, or None where the schedule changed
         meanwhile (one round trip)."""
+        rids = [new_request_id() for _ in done]
+
         def build(p: Any) -> None:
-            for s, ticks, jobs in done:
+            for (s, ticks, jobs), rid in zip(done, rids, strict=True):
                 for job_id, _ in jobs:
                     self.scripts.queue(p, "schedules.mark_job", [self.keys.job(job_id)], s.name)
                 pairs = [x for job_id, tick in jobs for x in (job_id, tick)]
                 self.scripts.queue(p, "schedules.finish", [self.keys.schedule(s.owner, s.name),
                                                            self.keys.schedule_jobs(s.owner, s.name)],
-                                   s.generation, ",".join(map(str, ticks)), self.ttl_ms, *pairs)
+                                   s.generation, ",".join(map(str, ticks)), self.ttl_ms, rid, *pairs)
 
         if not done:
             return []
@@ -233,5 +267,5 @@ class ScheduleStore:
         if entries:
             args = [x for owner, name, seen, at in entries
                     for x in (member(owner, name), seen, "" if at is None else at)]
-            self.scripts.call("reschedule", [self.keys.schedules_due()], *args)
+            self.scripts.call("reschedule", [self.keys.schedules_due(), self.keys.schedules_taken()], *args)
 

@@ -47,6 +47,21 @@ def test_a_fixed_time_in_the_hour_the_clocks_repeat_runs_once_and_is_never_in_th
     assert nightly.ticks_up_to(ms("2025-10-26T01:50:00"), ms("2025-10-25T12:00:00"), 0, 10) == [first]
 
 
+def test_a_tick_missed_in_the_first_pass_through_a_repeated_hour_is_caught_up_from_the_second() -> None:
+    # Paris, 2025-10-26: the night's 02:30 is 00:30 UTC (summer time). Tickers down across it and back at 02:10 local
+    # in the second pass (01:10 UTC), before 02:30 comes round on the wall clock again: that tick is missed, and
+    # catchUp latest gives it its job (reading the wall clock back from 02:10 never meets it).
+    nightly = ScheduleSpec("night", "op", cron="30 2 * * *", timezone="Europe/Paris", catch_up="latest")
+    first, back = ms("2025-10-26T00:30:00"), ms("2025-10-26T01:10:00")
+    assert plan(nightly, first, back, 0, paused=False) == ([first], ms("2025-10-27T01:30:00"))
+    assert nightly.ticks_up_to(back, first, 0, 10) == [first]
+    every20 = ScheduleSpec("twenty", "op", cron="*/20 * * * *", timezone="America/New_York")
+    # 2025-11-02: 01:00-01:59 local comes twice, 05:00-05:59 then 06:00-06:59 UTC; back at 06:05 UTC after a stop
+    # from 05:10 UTC, every tick since, in both passes, newest first.
+    assert every20.ticks_up_to(ms("2025-11-02T06:05:00"), ms("2025-11-02T05:10:00"), 0, 10) == [
+        ms(f"2025-11-02T{t}:00") for t in ("06:00", "05:40", "05:20")]
+
+
 def test_every_seconds_ticks_count_from_the_anchor() -> None:
     spec = ScheduleSpec("e", "op", every_s=10)
     assert spec.next_after(1_000, 1_000) == 11_000
@@ -75,3 +90,15 @@ def test_all_is_bounded_to_the_newest_missed_ticks() -> None:
     fire, following = plan(spec, 1_000, 1_000_000, 0, paused=False)
     assert len(fire) == MAX_CATCH_UP + 1 and fire[-1] == 1_000_000 and following == 1_001_000
     assert grace_ms(2_000) == 1_000 and grace_ms(60_000) == 5_000 and grace_ms(500) == 1_000
+
+
+def test_ticks_held_by_a_ticker_that_died_are_not_missed() -> None:
+    every2 = ScheduleSpec("e", "op", every_s=2, catch_up="none")
+    # Taken at 2.05 s (on time), the taker died, its lease lapsed at 7.05 s and another took it at 7.1 s: the ticks
+    # the lease hid are on time, though the newest is 1.1 s old.
+    assert plan(every2, 2_000, 7_100, 0, paused=False, held=(2_050, 7_050)) == ([2_000, 4_000, 6_000], 8_000)
+    # First taken 1.2 s after its tick (missed already, half the period is 1 s): that tick stays missed.
+    assert plan(every2, 2_000, 8_300, 0, paused=False, held=(3_200, 8_200)) == ([4_000, 6_000, 8_000], 10_000)
+    # After the lapse nobody looked for a while: the ticks after it that were seen late are missed.
+    assert plan(every2, 2_000, 12_300, 0, paused=False, held=(2_050, 7_050)) == ([2_000, 4_000, 6_000, 12_000],
+                                                                                 14_000)

@@ -167,3 +167,25 @@ def test_the_ticker_sleeps_until_the_earliest_due_schedule_and_no_longer_than_ha
     assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=500)) == 0.0
     assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=60_000)) == 0.5  # a schedule defined meanwhile
     assert ticker.wait_s(Pass(now_ms=1_000, next_due_ms=None)) == 0.5
+
+
+def test_ticks_held_by_a_ticker_killed_before_claiming_get_their_jobs(own: Runtime) -> None:
+    """A ticker took the due schedule and died before moving it on: the next one, once the lease lapses, makes the
+    jobs of the ticks the lease hid, although they are older than the grace."""
+    service = own.schedules()
+    service.define("alice", {"name": "two", "operation": "test.noop", "everySeconds": 2, "catchUp": "none"})
+    tick = service.get("alice", "two").next_ms
+    wait_until(lambda: service.store.now_ms() >= tick, timeout=5, message="the first tick")
+    _, _, taken = service.store.take_due(500, 5000)  # a ticker takes it, and is killed here
+    assert ("alice", "two") in taken
+    survivor = service.ticker()
+    expected = [tick, tick + 2000, tick + 4000]
+
+    def made_all() -> bool:
+        survivor.tick_once()
+        return set(expected) <= set(ticks_made(service, "alice", "two"))
+
+    wait_until(made_all, timeout=12, interval=0.1, message=f"the jobs of {expected}")
+    made = ticks_made(service, "alice", "two")
+    assert len(made) == len(set(made)) and made[:3] == expected, made
+    assert own.store.redis.hlen(own.store.keys.schedules_taken()) == 0  # the survivor's settle dropped the record

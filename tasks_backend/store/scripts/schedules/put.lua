@@ -1,23 +1,46 @@
--- KEYS: 1 the schedule (hash), 2 the owner's schedules (sorted set).
+-- KEYS: 1 the schedule (hash), 2 the owner's schedules (sorted set), 3 the owner's schedules declared in code (set).
 -- ARGV: name, body (the canonical JSON of its definition), replace ('1': a different body replaces it), max ttl ms,
---       the most schedules the owner may have (0: no limit), then the hash's field pairs (`next` among them).
+--       the most schedules the owner may have (0: no limit), request id, declared ('1': declared in code, which
+--       does not count against that most), then the hash's field pairs (`next` among them).
 -- Defines a schedule unless one of that name exists: the same body answers 'same', another 'conflict' (or, with
 -- replace, is replaced: a new generation, its ticks afresh); a new name when the owner has the most it may answers
--- 'limit'. Returns {outcome, next run ms}. Applied twice it answers 'same' the second time and changes nothing.
+-- 'limit'. Returns {outcome, next run ms}. Applied twice it answers as it did the first time (the request id is
+-- kept in `rq`) and changes nothing more.
 
-local held = redis.call('HMGET', KEYS[1], 'body', 'next')
+-- The owner's schedules that count against the most it may have: the declared ones do not.
+local function counted()
+  local n = redis.call('ZCARD', KEYS[2])
+  for _, name in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    if redis.call('ZSCORE', KEYS[2], name) then n = n - 1 end
+  end
+  return n
+end
+
+-- Declared in code: in the set of those before anything else, so a schedule a process declares again at every
+-- start (answered 'same'), one declared before the set existed included, is never counted.
+local function mark_declared()
+  redis.call('SADD', KEYS[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+end
+
+local held = redis.call('HMGET', KEYS[1], 'body', 'next', 'rq')
+if ARGV[7] == '1' then mark_declared() end
 if held[1] then
+  local again = replayed(held[3], ARGV[6])
+  if again then return {again, held[2]} end
   if held[1] == ARGV[2] then return {'same', held[2]} end
   if ARGV[3] ~= '1' then return {'conflict', held[2]} end
   redis.call('DEL', KEYS[1])
-elseif tonumber(ARGV[5]) > 0 and not redis.call('ZSCORE', KEYS[2], ARGV[1])
-    and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+elseif tonumber(ARGV[5]) > 0 and not redis.call('ZSCORE', KEYS[2], ARGV[1]) and counted() >= tonumber(ARGV[5]) then
   return {'limit', ''}
 end
 local now = ms(clock())
-redis.call('HSET', KEYS[1], 'body', ARGV[2], 'created', now, 'updated', now, unpack(ARGV, 6))
+local outcome = held[1] and 'replaced' or 'created'
+redis.call('HSET', KEYS[1], 'body', ARGV[2], 'created', now, 'updated', now, 'rq', ARGV[6] .. ' ' .. outcome,
+  unpack(ARGV, 8))
 local next_ms = redis.call('HGET', KEYS[1], 'next')
 redis.call('PEXPIREAT', KEYS[1], tonumber(next_ms) + tonumber(ARGV[4]))
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return {held[1] and 'replaced' or 'created', next_ms}
+if ARGV[7] ~= '1' then redis.call('SREM', KEYS[3], ARGV[1]) end
+return {outcome, next_ms}
