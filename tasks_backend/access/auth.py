@@ -135,18 +135,18 @@ class Authenticator:
         """Whom a bearer token (without its scheme) names; None if no one."""
         if not token or len(token) > 8192:
             return None
-        name = self._match_digest(token)
+        digest = token_digest(token)
+        name = self._match_digest(digest)
         if name is not None:
-            return Identity(name, digest=token_digest(token))
+            return Identity(name, digest=digest)
         if self._jwt_key and token.count(".") == 2:
             return self._match_jwt(token)
         return None
 
-    def _match_digest(self, token: str) -> str | None:
+    def _match_digest(self, digest: str) -> str | None:
         # Looked up by the token's SHA-256: a lookup's timing can only tell about a digest, and a
         # digest tells nothing an attacker can steer towards a real token. The final comparison is
         # constant-time all the same.
-        digest = token_digest(token)
         found = self._by_digest().get(digest)
         if found is None or not hmac.compare_digest(digest, found[1]):
             return None

@@ -35,6 +35,8 @@ class Timing:
 
     def check(self, ttl_ms: int, now_ms: int) -> None:
         """Refuse both a time and a delay, a priority out of range, and a start the job's TTL does not reach."""
+        if self.run_at_ms is not None and (isinstance(self.run_at_ms, bool) or not isinstance(self.run_at_ms, int)):
+            raise _bad(RUN_AT, "must be a time in whole milliseconds since the epoch.")  # the in-process API's
         if self.run_at_ms is not None and self.delay_ms is not None:
             raise _bad(DELAY_MS, f"give `{RUN_AT}` or `{DELAY_MS}`, not both.")
         if self.delay_ms is not None and (isinstance(self.delay_ms, bool) or not isinstance(self.delay_ms, int)
@@ -52,6 +54,11 @@ class Timing:
     def rank(self) -> int:
         return DEFAULT_PRIORITY if self.priority is None else self.priority
 
+    def identity(self) -> list[int | None]:
+        """What makes two submits' timing differ, for an idempotency key's request hash (a delay of 0 is none, and
+        no priority the default one)."""
+        return [self.run_at_ms, self.delay_ms or 0, self.rank]
+
 
 def parse_run_at(value: Any, name: str = RUN_AT) -> int | None:
     """An RFC 3339 time (with a zone offset or `Z`) as ms since the epoch; None stays None."""
@@ -59,11 +66,14 @@ def parse_run_at(value: Any, name: str = RUN_AT) -> int | None:
         return None
     if not isinstance(value, str) or not RFC3339.fullmatch(value):
         raise _bad(name, "must be an RFC 3339 time with its offset, such as 2026-01-01T12:00:00Z.")
+    # RFC 3339 has a 60th second (a leap second), which Python's parser refuses: read as the 59th, one second on.
+    leap = value[17:19] == "60"
     try:
-        parsed = dt.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+        parsed = dt.datetime.fromisoformat((value[:17] + "59" + value[19:] if leap else value).upper().replace(
+            "Z", "+00:00"))
     except ValueError:  # the right shape, not a real time (a 13th month, a 25th hour)
         raise _bad(name, "must be an RFC 3339 time with its offset, such as 2026-01-01T12:00:00Z.") from None
-    return int(parsed.timestamp() * 1000)
+    return int(parsed.timestamp() * 1000) + (1000 if leap else 0)
 
 
 def as_whole(value: Any) -> Any:

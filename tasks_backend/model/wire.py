@@ -18,7 +18,8 @@ def handle(record: JobRecord) -> dict[str, Any]:
     }
     if record.status_message:
         out["statusMessage"] = record.status_message
-    elif record.run_at_ms is not None and record.state is JobState.QUEUED:
+    elif record.run_at_ms is not None and record.run_at_ms > record.created_ms and record.state is JobState.QUEUED:
+        # (A time already past when the job was made is a start now: it waits for a worker, not for its time.)
         out["statusMessage"] = f"Waiting to start at {rfc3339(record.run_at_ms)}."
     out["createdAt"] = rfc3339(record.created_ms)
     out["lastUpdatedAt"] = rfc3339(record.updated_ms)

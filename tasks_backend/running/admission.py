@@ -199,9 +199,10 @@ class DispatchGate:
             self.lone = leave.bypassed
         self.publish(leave.released)
 
-    def leave(self, job_ids: Sequence[str], *, final: bool) -> None:
+    def leave(self, job_ids: Sequence[str], *, final: bool, waiting: bool = False) -> None:
+        """The jobs leave the gate (see `store.gate_leave`); what that lets in is published."""
         try:
-            self.publish(self.store.gate_leave(self.call(), job_ids, final=final))
+            self.publish(self.store.gate_leave(self.call(), job_ids, final=final, waiting=waiting))
         except StoreUnavailable:
             log.warning("jobs %s left flight unrecorded: the sweeper will find them", list(job_ids))
 

@@ -40,6 +40,9 @@ PARK_MIN_S = 5.0
 NAP_REST_MS = 1000
 #: How often a waiting parent's children are looked at again, should a child's notice have been lost (ms).
 CHILDREN_CHECK_MS = 5000
+#: The least TTL a child gets (s), however little its parent has left: the child may outlive its parent by
+#: this much, and a run of it that starts once the parent is gone is cancelled (`Executor._parent_cancelled`).
+CHILD_MIN_TTL_S = 1.0
 
 
 # Control flow, not errors: BaseException so that a job's own `except Exception` cannot swallow them.
@@ -80,8 +83,8 @@ class Runner(Protocol):
     registry: Registry
     settings: Settings
     stopping: threading.Event
-    #: (owner, operation, params, idempotency key, parent id) -> the child's id; None: no child jobs here.
-    spawner: Callable[[str, str, Any, str, str], str] | None
+    #: (owner, operation, params, idempotency key, parent id, TTL in s) -> the child's id; None: no child jobs here.
+    spawner: Callable[[str, str, Any, str, str, float], str] | None
     #: The spans of steps and questions (children of the run's).
     tracing: Tracing
 
@@ -116,6 +119,8 @@ class JobContext(RemoteSteps):
         self._last_progress = 0.0
         self._last_check = 0.0
         self.owner = record.owner
+        #: When this job expires (Redis ms): its children expire with it.
+        self._expires_ms = record.expires_ms
         #: The job was told it should stop because its worker is: whatever it returns is not its result.
         self.told_to_stop = False
         #: How many sleeps, spawns and waits this run made so far: the names of their records.
@@ -288,15 +293,24 @@ class JobContext(RemoteSteps):
 
     def spawn(self, operation: str, params: Any = None) -> str:
         """Start a child job (owned by this job's owner, with `parentId` this job) and return its id. Recorded:
-        a replay gets the same child, even when the worker died between making it and recording it."""
+        a replay gets the same child, even when the worker died between making it and recording it.
+
+        The child expires when this job does (at least `CHILD_MIN_TTL_S` from now), whatever its operation's
+        TTL: a parent's wait cannot lose a finished child, nor a cancel of the parent miss a live one."""
         name = self._next("spawn")
         key = self.idempotency_key(name)
         spawner = self._executor.spawner
         if spawner is None:
             raise RuntimeError("This worker cannot start child jobs: its runtime gave it no spawner.")
+
+        def submit() -> str:
+            # Redis's clock, which expires the parent. The idempotency record lives as long as the child, so a
+            # replay after a lost worker finds the child made before for as long as the parent lives.
+            left_s = (self._expires_ms - self._store.now_ms()) / 1000
+            return spawner(self.owner, operation, params, key, self.job_id, max(left_s, CHILD_MIN_TTL_S))
+
         # The submit is idempotent by `key`, so one whose reply was lost in an outage is made again safely.
-        return str(self.step(name, lambda: through_outage(
-            lambda: spawner(self.owner, operation, params, key, self.job_id), self._tolerance)))
+        return str(self.step(name, lambda: through_outage(submit, self._tolerance)))
 
     def wait_for(self, ids: Iterable[str]) -> list[Any]:
         """Wait until every job in `ids` is finished, holding no worker meanwhile; return their results in order.
@@ -308,11 +322,13 @@ class JobContext(RemoteSteps):
         if outcome is None:
             records = through_outage(lambda: self._store.get_many(wanted), self._tolerance)
             mine = [r if r is not None and r.owner == self.owner else None for r in records]
+            # Only these hold the wait: what reads as gone here (another owner's job) must not keep it
+            # waiting until that job ends.
             open_ = [r.id for r in mine if r is not None and not r.terminal]
             if open_:
                 self.check_cancelled()
                 raise _Suspend(Change.waiting(f"Waiting for {len(open_)} child job{'s' * (len(open_) != 1)}.",
-                                              children_json=json.dumps(wanted)), CHILDREN_CHECK_MS, wanted)
+                                              children_json=json.dumps(open_)), CHILDREN_CHECK_MS, open_)
             outcome = self.step(name, lambda: _outcome(wanted, mine))
         if "failed" in outcome:
             raise ChildFailed(**outcome["failed"])

@@ -40,8 +40,8 @@ from .registry import JobSpec, Registry
 from .stats import JobStats
 from .waking import Waker
 
-#: What `ctx.spawn` calls: (owner, operation, params, idempotency key, parent id) -> the child's id.
-Spawner = Callable[[str, str, Any, str, str], str]
+#: What `ctx.spawn` calls: (owner, operation, params, idempotency key, parent id, TTL in s) -> the child's id.
+Spawner = Callable[[str, str, Any, str, str, float], str]
 log = logging.getLogger(__name__)
 #: How often a worker process writes what may lag a job's outcome (metrics, sweep schedule cleanup).
 TICK_S = 1.0
@@ -319,10 +319,12 @@ class Executor:
         return JobState.SUSPENDED.value
 
     def _parent_cancelled(self, record: JobRecord) -> bool:
-        """A child whose parent was cancelled (and whose cancel the parent's cancel missed) is cancelled now."""
+        """A child whose parent was cancelled (and whose cancel the parent's cancel missed) is cancelled now; so
+        is one whose parent expired, as nothing is left to collect its result, and the parent's index, which a
+        cancel follows, expired with it."""
         assert record.parent_id is not None
         parent = self.store.states_of([record.parent_id])[0]
-        if parent is not JobState.CANCELLED:
+        if parent is not None and parent is not JobState.CANCELLED:
             return False
         return self.store.request_cancel(record.id, record.owner) is Cancelled.CANCELLED
 

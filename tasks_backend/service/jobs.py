@@ -64,6 +64,16 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+#: In a request's hash, before its timing (`Timing.identity`): the hashes made before timing was part of a request
+#: have neither.
+TIMED = "timed"
+
+
+def request_digest(request: list[Any]) -> str:
+    """What an idempotency key stands for: a digest of the request it was first used with."""
+    return hashlib.sha256(canonical_json(request).encode()).hexdigest()[:32]
+
+
 class JobService(FilteredReads, Reruns, Bulk):
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None, *, limits: Limits | None = None) -> None:
@@ -104,8 +114,18 @@ class JobService(FilteredReads, Reruns, Bulk):
                                            Timing(run_at_ms, delay_ms, priority), parent_id)
             self.tracing.annotate({JOB_ID: record.id, "tasks_backend.submit.outcome": outcome.value})
         if parent_id is not None:
-            self.store.index_child(parent_id, record.id)
+            record = self._indexed_child(parent_id, record)
         return record, outcome
+
+    def _indexed_child(self, parent_id: str, child: JobRecord) -> JobRecord:
+        """The child in its parent's index; cancelled when the parent was cancelled (or is gone) meanwhile: that
+        cancel may have read the index before the child was in it, and a worker may be running the child already."""
+        parent_state = self.store.index_child(parent_id, child.id)
+        if parent_state is not None and parent_state is not JobState.CANCELLED:
+            return child
+        if self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED:
+            self.admission.leave([child.id], final=True, waiting=True)
+        return self.store.get(child.id) or child
 
     def _submit(self, principal: Principal | str, operation: str, params: Any, idempotency_key: str | None,
                 ttl_s: float | None, timing: Timing, parent_id: str | None,
@@ -114,7 +134,10 @@ class JobService(FilteredReads, Reruns, Bulk):
         owner = as_principal(principal).name
         refused: QuotaExceeded | None = None
         try:
-            ttl_s = self.limits.check_submit(owner, params, ttl_s)
+            # A child's TTL is its parent's time left (`JobContext.spawn`), which the parent's submit was held to:
+            # the cap on what a caller may ask for would let the child expire before its parent collects it.
+            capped = self.limits.check_submit(owner, params, ttl_s if parent_id is None else None)
+            ttl_s = capped if parent_id is None else ttl_s
         except QuotaExceeded as exc:
             if idempotency_key is None:
                 raise
@@ -124,12 +147,16 @@ class JobService(FilteredReads, Reruns, Bulk):
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
             raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")
         # What a replay must repeat to get the same handle; only a submit with a key needs it.
-        request_hash = "" if idempotency_key is None else hashlib.sha256(canonical_json(
-            [operation, stored_params, *([rerun.of, rerun.keep_steps] if rerun else [])]).encode()).hexdigest()[:32]
+        request = [operation, stored_params, *([rerun.of, rerun.keep_steps] if rerun else [])]
+        request_hash = "" if idempotency_key is None else request_digest([*request, TIMED, *timing.identity()])
+        # A key used before the timing was part of a request holds a hash made without it (and without `TIMED`, so
+        # that no later hash is ever taken for one): a replay of that request still gets its job, until such keys
+        # expire with their jobs.
+        hashes = {request_hash} | ({request_digest(request)} if idempotency_key is not None else set())
         if refused is not None:
             assert idempotency_key is not None
             value = self.store.idempotency_value(owner, idempotency_key)
-            replayed = None if value is None else self._replayed(owner, value, request_hash)
+            replayed = None if value is None else self._replayed(owner, value, hashes)
             if replayed is None:
                 raise refused
             return replayed, SubmitOutcome.EXISTING
@@ -175,18 +202,18 @@ class JobService(FilteredReads, Reruns, Bulk):
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
             assert idempotency_key is not None
-            replayed = self._replayed(owner, existing, request_hash)
+            replayed = self._replayed(owner, existing, hashes)
             if replayed is not None:
                 return replayed, SubmitOutcome.EXISTING
             # The job behind the key expired a moment ago: free the key and submit afresh.
             self.store.release_idempotency(owner, idempotency_key, existing)
         raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
 
-    def _replayed(self, owner: str, value: str, request_hash: str) -> JobRecord | None:
+    def _replayed(self, owner: str, value: str, hashes: set[str]) -> JobRecord | None:
         """The job an idempotency record (`value`: '<job id> <request hash>') names for a replay of the same
         request, or None when that job is gone; `IdempotencyConflict` for another request's key."""
         other_id, _, other_hash = value.partition(" ")
-        if other_hash != request_hash:
+        if other_hash not in hashes:
             raise IdempotencyConflict()
         record = self.store.get(other_id)
         if record is not None and record.owner != owner:
@@ -229,7 +256,9 @@ class JobService(FilteredReads, Reruns, Bulk):
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
-        self.admission.leave([job_id], final=True)  # a held or delayed job waits for nothing now
+        # A held or delayed job waits for nothing now; one sent to a worker keeps its place in flight (and its
+        # concurrency value) until its run ends, which it may not do before its next cancellation point.
+        self.admission.leave([job_id], final=True, waiting=True)
         record = self.get(principal, job_id)
         self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
         after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)

@@ -61,9 +61,12 @@ class Runtime:
                                       actor=self.service)
         return self._executor
 
-    def spawn(self, owner: str, operation: str, params: Any, key: str, parent_id: str) -> str:
-        """Start a child job for `ctx.spawn`: a submit by the parent's owner, idempotent by `key`."""
-        record, _ = self.service.submit(owner, operation, params, idempotency_key=key, parent_id=parent_id)
+    def spawn(self, owner: str, operation: str, params: Any, key: str, parent_id: str,
+              ttl_s: float | None = None) -> str:
+        """Start a child job for `ctx.spawn`: a submit by the parent's owner, idempotent by `key`, kept `ttl_s`
+        (the parent's time left: see `JobContext.spawn`; None: its operation's)."""
+        record, _ = self.service.submit(owner, operation, params, idempotency_key=key, ttl_s=ttl_s,
+                                        parent_id=parent_id)
         return record.id
 
     def waker(self) -> Waker:

@@ -105,12 +105,13 @@ class AdmissionStore(StorePart):
         reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay, leave, message)
         return bool(int(reply[0])), pairs(reply[1:])
 
-    def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool) -> Released:
-        """Jobs whose runs ended leave flight; the room they made is filled. `final`: the gate forgets them."""
+    def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool, waiting: bool = False) -> Released:
+        """Jobs whose runs ended leave flight; the room they made is filled. `final`: the gate forgets them.
+        `waiting` (with `final`): only those that wait; one sent to a worker leaves at its run's end."""
         if not job_ids:
             return []
-        return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), "1" if final else "0",
-                                       *job_ids))
+        mode = ("w" if waiting else "1") if final else "0"
+        return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), mode, *job_ids))
 
     def gate_finish(self, call: GateCall, job_id: str, args: Sequence[Any], *,
                     final: bool) -> tuple[Moved, str, int, Released, bool | None]:

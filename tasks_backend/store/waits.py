@@ -100,10 +100,11 @@ class Waits(StorePart):
             args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
             self.scripts.call("reschedule", [self.keys.wake()], *args)
 
-    def index_child(self, parent_id: str, child_id: str) -> bool:
-        """Add a child to its parent's index (kept as long as the parent); False if the parent is gone."""
-        return bool(self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)],
-                                      child_id))
+    def index_child(self, parent_id: str, child_id: str) -> JobState | None:
+        """Add a child to its parent's index (kept as long as the parent); the parent's state as the child was
+        added, None if the parent is gone."""
+        state = self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)], child_id)
+        return JobState(state) if state else None
 
     def child_ids(self, parent_id: str) -> list[str]:
         """Every child of the job, in the order spawned."""

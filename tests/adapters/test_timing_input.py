@@ -115,3 +115,40 @@ def test_every_protocol_takes_a_delay_and_a_priority(http: httpx.Client, live_ur
         assert timed.priority == 5 and timed.run_at is not None
     for record in http.get("/v1/jobs", headers=bearer(caller)).json()["jobs"]:
         http.post(f"/v1/jobs/{record['taskId']}/cancel", headers=bearer(caller))
+
+
+def test_an_idempotency_key_reused_with_another_time_or_priority_is_a_conflict(http: httpx.Client,
+                                                                              caller: str) -> None:
+    """The start time and the priority are part of the request a key stands for: the same key with another of either
+    is refused, not answered with the job that starts later or ranks lower; the same request again gets that job."""
+    key = {**bearer(caller), "Idempotency-Key": uuid.uuid4().hex}
+    first = {"operation": "test.noop", "params": {}, "delayMs": 300_000, "priority": 0}
+    made = http.post("/v1/jobs", json=first, headers=key)
+    assert made.status_code == 202, made.text
+    plain = {"operation": "test.noop", "params": {}}
+    for other in ({**first, "priority": 9}, {**plain, "priority": 0}, {**first, "delayMs": 1000},
+                  {**plain, "priority": 0, "runAt": rfc3339(300)}):
+        refused = http.post("/v1/jobs", json=other, headers=key)
+        assert refused.status_code == 422, (other, refused.text)
+        assert refused.json()["type"].endswith("idempotency-conflict")
+    again = http.post("/v1/jobs", json=first, headers=key)
+    assert again.status_code == 202 and again.json()["taskId"] == made.json()["taskId"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    # Without a time or priority, or with the default ones, a request hashes as it always did: the same job.
+    key = {**bearer(caller), "Idempotency-Key": uuid.uuid4().hex}
+    made = http.post("/v1/jobs", json=plain, headers=key)
+    same = http.post("/v1/jobs", json={**plain, "priority": 5, "delayMs": 0}, headers=key)
+    assert same.status_code == 202 and same.json()["taskId"] == made.json()["taskId"]
+    assert http.post("/v1/jobs", json={**plain, "priority": 9}, headers=key).status_code == 422
+    for record in http.get("/v1/jobs", headers=bearer(caller)).json()["jobs"]:
+        http.post(f"/v1/jobs/{record['taskId']}/cancel", headers=bearer(caller))
+
+
+def test_a_leap_second_is_a_time(http: httpx.Client, caller: str) -> None:
+    """RFC 3339 has a 60th second at a leap second; a past one is a start now."""
+    response = http.post("/v1/jobs", json={"operation": "test.noop", "params": {}, "runAt": "2016-12-31T23:59:60Z"},
+                         headers=bearer(caller))
+    assert response.status_code == 202, response.text
+    assert response.json()["runAt"] == "2017-01-01T00:00:00.000Z"
+    # A time already past is a start now: nothing says the job waits for it.
+    assert "statusMessage" not in response.json() or "Waiting to start" not in response.json()["statusMessage"]

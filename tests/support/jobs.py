@@ -320,6 +320,20 @@ def limited(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str 
     return _marked(ctx, ledger, tag, hold, seconds)
 
 
+@job("test.limited_uncancellable", params=MarkParams, ttl=600, poll_interval=0.1,
+     concurrency=Concurrency(max=1, key="customer_id"))
+def limited_uncancellable(ctx: JobContext, ledger: str, tag: str, customer_id: str, hold: str | None,
+                          seconds: float) -> dict[str, Any]:
+    """One at a time per customer, in a call with no cancellation point (a card charge, say) that lasts until the
+    file `hold` exists."""
+    _append(ledger, {"event": "start", "tag": tag, "t": time.time()})
+    while hold and not Path(hold).exists():
+        time.sleep(0.005)
+    _append(ledger, {"event": "end", "tag": tag, "t": time.time()})
+    ctx.check_cancelled()
+    return {"tag": tag}
+
+
 class RoutedParams(Schema):
     to = fields.List(fields.String(), load_default=list)
     deadline_s = fields.Float(load_default=None, allow_none=True)

@@ -23,15 +23,15 @@ if not created then return {false, false} end
 local k = 5
 local idem
 if ARGV[3] ~= '' then idem = k; k = k + 1 end
-local held = index_owner(3, idem, ARGV[1], ARGV[2], ARGV[3], ARGV[12], ARGV[2], t)
+local ttl = tonumber(ARGV[2])  -- parsed once for the four that use it
+local held = index_owner(3, idem, ARGV[1], ttl, ARGV[3], ARGV[12], ttl, t)
 if held then return {created, held} end
-schedule(4, ARGV[2], {ARGV[4], ARGV[1]}, t)
+schedule(4, ttl, {ARGV[4], ARGV[1]}, t)
 local q
 if ARGV[5] ~= '' then q = k; k = k + (ARGV[7] ~= '' and 4 or 2) end
 if ARGV[7] ~= '' then
   local now = clock(t)
   local out = {}
-  local ttl = tonumber(ARGV[2])
   local cap, by = gate_cap(k, now, ARGV[9], ARGV[10], ttl)
   gate_admit(k, q, ARGV[6], ARGV[1], gate_info(ARGV[7]), gate_delay(ARGV[8], now), now, cap, ttl, out, nil, fresh, by)
   return {created, false, unpack(out)}

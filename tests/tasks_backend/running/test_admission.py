@@ -150,6 +150,31 @@ def test_at_most_max_jobs_per_key_run_at_once_and_the_others_hold_no_slot(redis_
     assert spans["free:0"][0] < min(a for tag, (a, _) in spans.items() if tag.endswith(":2"))
 
 
+def test_a_cancelled_run_keeps_its_concurrency_value_full_until_its_code_ends(redis_base: str, served: Any,
+                                                                             tmp_path: Path) -> None:
+    """A cancel fences a running job out at once, but its code goes on to its next cancellation point: the next job
+    of its value waits for that, or `max` would be passed while the first still runs."""
+    settings = make_settings(redis_base)
+    http, store = served(settings), build_runtime(settings).store
+    book, hold = tmp_path / "ledger", tmp_path / "hold"
+    params = {"ledger": str(book), "customer_id": "acme", "hold": str(hold)}
+    with worker(settings, 4, tmp_path):
+        first = submit(http, ALICE, "test.limited_uncancellable", params={**params, "tag": "first"})
+        wait_until(lambda: started(book, "first"))
+        second = submit(http, ALICE, "test.limited_uncancellable", params={**params, "tag": "second"})
+        jobs = store.keys.gate(settings.queue, "jobs")
+        wait_until(lambda: str(store.redis.hget(jobs, second["taskId"]) or "").startswith("h"))
+        assert http.post(f"/v1/jobs/{first['taskId']}/cancel", headers=ALICE).status_code == 202
+        # The cancel answered after its leave of the gate: the second is still held, the value still full.
+        assert str(store.redis.hget(jobs, second["taskId"])).startswith("h")
+        assert started(book, "second") is None
+        hold.touch()
+        wait_until(lambda: started(book, "second"), timeout=15)
+    first_end = next(e["t"] for e in ledger(book) if e["event"] == "end" and e["tag"] == "first")
+    assert started(book, "second") >= first_end
+    assert http.get(f"/v1/jobs/{first['taskId']}", headers=ALICE).json()["status"] == "cancelled"
+
+
 def test_a_job_on_a_free_key_starts_while_its_owner_has_many_waiting_on_a_full_one(redis_base: str, served: Any,
                                                                                  tmp_path: Path) -> None:
     """80 of one owner's jobs for one customer (two at a time, both held running), then one for another customer: it

@@ -142,10 +142,11 @@ def test_a_spawn_whose_reply_is_lost_in_an_outage_is_made_again_and_gets_the_sam
     runtime = build_runtime(make_settings(redis_base))
     store, executor = runtime.store, runtime.executor()
     parent, _ = runtime.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
-    made: list[str] = []
+    spawn, made = executor.spawner, []
+    assert spawn is not None
 
     def reply_lost_once(*args: Any) -> str:
-        made.append(runtime.spawn(*args))
+        made.append(spawn(*args))
         if len(made) == 1:
             raise StoreUnavailable()
         return made[-1]

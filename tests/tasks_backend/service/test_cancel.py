@@ -10,7 +10,8 @@ import pytest
 from tasks_backend import Principal
 from tasks_backend.errors import JobNotCancelable
 from tasks_backend.model.domain import JobState
-from tasks_backend.service.runtime import Runtime
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.claims import ClaimTerms
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -53,3 +54,27 @@ def test_cancel_of_a_finished_job_is_refused(runtime: Runtime) -> None:
     assert runtime.service.wait(ALICE, record.id, 20).state is JobState.COMPLETED
     with pytest.raises(JobNotCancelable):
         runtime.service.cancel(ALICE, record.id)
+
+
+def test_a_parent_cancelled_as_its_child_is_made_cancels_the_child(runtime: Runtime,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel of the parent after the child was made (and taken by a worker) but before it was in the parent's
+    index misses it; the index, which reads the parent's state as it adds the child, tells, and the child is
+    cancelled."""
+    idle = build_runtime(runtime.settings.with_(queue=f"{runtime.settings.queue}-idle"))  # jobs wait for a claim
+    store, service = idle.store, idle.service
+    parent, _ = service.submit(ALICE, "test.noop", {})
+    made: list[str] = []
+    create = store.create
+
+    def create_then_cancel_parent(new: dict[str, str], job_id: str, *args: object, **kwargs: object) -> object:
+        answer = create(new, job_id, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(job_id)
+        store.claim(job_id, ClaimTerms(60_000, "w", 5))  # a worker runs the child already
+        service.cancel(ALICE, parent.id)
+        return answer
+
+    monkeypatch.setattr(store, "create", create_then_cancel_parent)
+    child, _ = service.submit(ALICE, "test.noop", {}, parent_id=parent.id)
+    assert made == [child.id]
+    assert service.get(ALICE, child.id).state is JobState.CANCELLED

@@ -29,6 +29,7 @@ end
 
 -- A delay as callers pass it: ms from now, or '@' and an absolute time (Redis ms).
 local function gate_delay(spec, now)
+  if spec == '0' then return 0 end  -- the usual case, without parsing it
   if string.sub(spec, 1, 1) == '@' then return tonumber(string.sub(spec, 2)) - now end
   return tonumber(spec)
 end
@@ -39,8 +40,19 @@ local function gate_info(raw)
     local s = j.k and string.match(j.k, '^[^:]*:%d:(%d+):') or ''
     return {t = j.t, p = tonumber(j.p), m = tonumber(j.m) or 0, s = s, o = j.o, c = j.c or '', x = j.x or ''}
   end
-  local t, p, m, s, o, c, x = string.match(raw, '^(.)|(%d)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)')
-  return {t = t, p = tonumber(p), m = tonumber(m) or 0, s = s, o = o, c = c, x = x}
+  -- 't|p|' are a character each; the rest is split at its next four bars by a plain search (a pattern's captures
+  -- would walk the message, most of the entry, character by character) and the digit read as a byte (tonumber
+  -- parses a string twice).
+  local parts, from = {}, 5
+  for i = 1, 4 do
+    local bar = string.find(raw, '|', from, true)
+    parts[i] = string.sub(raw, from, bar - 1)
+    from = bar + 1
+  end
+  local m = parts[1]
+  if m == '' or m == '0' then m = 0 else m = tonumber(m) end
+  return {t = string.sub(raw, 1, 1), p = string.byte(raw, 3) - 48, m = m, s = parts[2], o = parts[3], c = parts[4],
+          x = string.sub(raw, from)}
 end
 
 local function gate_member(id, info)
@@ -54,8 +66,10 @@ local function gate_put(g, id, info, ttl, fresh)
   if info.t == 'h' or info.t == 'd' then x = info.x end
   local s = info.s
   if type(s) == 'number' then s = ms(s) end
-  redis.call('HSET', KEYS[g], id, table.concat({info.t, ms(info.p), ms(info.m), s, info.o, info.c, x}, '|'))
-  if fresh then redis.call('PEXPIRE', KEYS[g], ms(ttl)) end
+  -- The priority is one digit, and the max most often 0: neither needs a format.
+  local m = info.m == 0 and '0' or ms(info.m)
+  redis.call('HSET', KEYS[g], id, table.concat({info.t, string.char(48 + info.p), m, s, info.o, info.c, x}, '|'))
+  if fresh then keep(g, ttl) end
 end
 
 -- The live workers' slots, counted again and cached; -1 when none published.

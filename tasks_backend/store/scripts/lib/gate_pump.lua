@@ -219,7 +219,7 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, 
   end
   local plain = q and info.c == '' and string.sub(info.x, 1, 1) == '{'
   by = plain and (by or redis.call('HMGET', KEYS[g + 2], 'bo', 'bp'))
-  local mine = plain and (not by[1] or (by[1] == info.o and tonumber(by[2]) == info.p))
+  local mine = plain and (not by[1] or (by[1] == info.o and string.byte(by[2]) - 48 == info.p))  -- one digit
   if not mine and gate_bypass_end(g, q, ttl) and plain then mine, by = true, {false} end  -- that bypass was over
   -- Jobs in flight are counted where the count decides: not for a bypass under way, which takes the owner's job.
   local flying = -1
@@ -252,12 +252,16 @@ local function gate_admit(g, q, cttl, id, info, delay, now, cap, ttl, out, msg, 
 end
 
 -- The job leaves the gate's count: its run ended, parked or went back. `final`: the gate forgets it. `q` as
--- gate_restore's. Returns where the job was (nil: unknown): a bypassed job ('b') made no room in flight.
-local function gate_leave(g, q, id, final, ttl)
+-- gate_restore's. `waiting`: only a job that waits (held, delayed, parked) leaves; one sent to a worker ('f', 'b')
+-- is 'kept' for its run's end to leave (a cancel: its code may run on until its next cancellation point, and its
+-- concurrency value stays full until then). Returns where the job was (nil: unknown): a bypassed job ('b') made
+-- no room in flight.
+local function gate_leave(g, q, id, final, ttl, waiting)
   local raw = redis.call('HGET', KEYS[g], id)
   if not raw then return nil end
   local info = gate_info(raw)
   local was = info.t
+  if waiting and (was == 'f' or was == 'b') then return 'kept' end
   if info.t == 'f' then
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' then

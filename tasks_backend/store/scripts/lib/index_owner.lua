@@ -19,6 +19,6 @@ local function index_owner(ix, ik, job_id, index_ttl, idem_value, idem_ttl, max_
   if string.byte(job_id, -1) % 8 == 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[ix], '-inf', '(' .. string.format('%d', now - tonumber(max_ttl)))
   end
-  redis.call('PEXPIRE', KEYS[ix], index_ttl)
+  keep(ix, index_ttl)
   return nil
 end

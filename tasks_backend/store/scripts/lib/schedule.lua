@@ -10,6 +10,6 @@ local function schedule(ks, key_ttl, entries, t)
     table.insert(args, entries[i + 1])
   end
   redis.call('ZADD', KEYS[ks], unpack(args))
-  redis.call('PEXPIRE', KEYS[ks], key_ttl)
+  keep(ks, key_ttl)
   return string.format('%d', now)
 end

@@ -1,0 +1,40 @@
+"""Jobs for the tests of child jobs' lifetimes: a child whose own TTL is short, and a parent that spawns what it
+is told and waits for those and for other ids it is given. Effects go to the ledger file named in the params."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields
+
+from tasks_backend import ChildFailed, JobContext, job
+from tests.support.jobs import _append
+
+MODULE = __name__
+
+
+class ShortChildParams(Schema):
+    ledger = fields.String(required=True)
+    index = fields.Integer(load_default=0)
+
+
+@job("kidtests.short_child", params=ShortChildParams, ttl=2, poll_interval=0.1)
+def short_child(ctx: JobContext, ledger: str, index: int) -> dict[str, Any]:
+    """Records its one effect; its operation's TTL is 2 s."""
+    ctx.step("effect", lambda: _append(ledger, {"event": "effect", "index": index, "id": ctx.job_id}) or index)
+    return {"child": index}
+
+
+class WaiterParams(Schema):
+    kids = fields.List(fields.Dict(), required=True)  # [{"op": ..., "params": {...}}]
+    others = fields.List(fields.String(), load_default=list)
+
+
+@job("kidtests.waiter", params=WaiterParams, ttl=600, poll_interval=0.1)
+def waiter(ctx: JobContext, kids: list[dict[str, Any]], others: list[str]) -> dict[str, Any]:
+    """Spawns `kids`, then waits for them and for `others`; returns the results, or what `ChildFailed` says."""
+    ids = [ctx.spawn(k["op"], k["params"]) for k in kids]
+    try:
+        return {"children": ids, "results": ctx.wait_for(ids + others)}
+    except ChildFailed as exc:
+        return {"children": ids, "failed": exc.child_id, "state": exc.state}
