@@ -1,14 +1,13 @@
 """The ticker: makes each schedule's jobs, one per tick, however many tickers run and whenever they die.
 
-A pass takes the due schedules (each leased for a few seconds in the due set, so that two tickers seldom
-look at the same one), reads each, decides its ticks on Redis's clock (`model.schedules.plan`), and moves
-it on with a compare-and-set on what it read, the ticks marked pending. Then it makes a job per pending
-tick, with an idempotency key of (schedule, generation, tick) under the owner, and clears them. A ticker
-killed between the two steps leaves the ticks pending; the next pass (its own or another's, once the lease
-lapses) makes the same jobs again, which the idempotency keys turn into the jobs already made: no tick's
-job is made twice, none is lost. A ticker that dies before its compare-and-set leaves only its lease; the
-ticker that takes the schedule when it lapses is told when it was first taken, so that the ticks seen in
-time then are not judged missed (`plan`'s `held`). It sleeps until the earliest due entry, at most `max_wait_s`.
+A pass takes the due schedules (each leased for a few seconds, so that two tickers seldom look at one), decides
+their ticks on Redis's clock (`model.schedules.plan`), and moves each on with a compare-and-set on what it read,
+the ticks marked pending. Then it makes a job per pending tick, with an idempotency key of (schedule, generation,
+tick) under the owner, and clears them. A ticker killed between the two steps leaves the ticks pending; the next
+pass makes the same jobs again, which the keys turn into the jobs already made: none twice, none lost. One that
+dies before its compare-and-set leaves its lease; whoever takes the schedule when it lapses is told when it was
+first taken, so the ticks seen in time then are not missed (`plan`'s `held`). It sleeps until the earliest due
+entry, at most `max_wait_s`.
 """
 
 from __future__ import annotations

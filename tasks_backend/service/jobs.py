@@ -261,7 +261,8 @@ class JobService(FilteredReads, Reruns, Bulk):
         self.admission.leave([job_id], final=True, waiting=True)
         record = self.get(principal, job_id)
         self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
-        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record)
+        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record,
+                     lambda ids: self.admission.leave(ids, final=True, waiting=True))
         return record
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,
