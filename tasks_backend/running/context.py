@@ -38,8 +38,6 @@ Form = dict[str, Any] | type[Schema] | Schema | None
 PARK_MIN_S = 5.0
 #: What is left of a long sleep when its job runs again (woken a moment early) is slept in the worker below this (ms).
 NAP_REST_MS = 1000
-#: The kinds of record a spawn and a wait make (`spawn:0`, `wait:0`...; see `JobContext._next`).
-SPAWN_STEP, WAIT_STEP = "spawn", "wait"
 #: How often a waiting parent's children are looked at again, should a child's notice have been lost (ms).
 CHILDREN_CHECK_MS = 5000
 #: The least TTL a child gets (s), however little its parent has left: the child may outlive its parent by
@@ -299,7 +297,7 @@ class JobContext(RemoteSteps):
 
         The child expires when this job does (at least `CHILD_MIN_TTL_S` from now), whatever its operation's
         TTL: a parent's wait cannot lose a finished child, nor a cancel of the parent miss a live one."""
-        name = self._next(SPAWN_STEP)
+        name = self._next("spawn")
         key = self.idempotency_key(name)
         spawner = self._executor.spawner
         if spawner is None:
@@ -318,7 +316,7 @@ class JobContext(RemoteSteps):
         """Wait until every job in `ids` is finished, holding no worker meanwhile; return their results in order.
         Raises `ChildFailed` for the first that failed, was cancelled or is gone (another owner's job counts
         as gone). The outcome is recorded: a replay answers the same."""
-        wanted, name = [str(i) for i in ids], self._next(WAIT_STEP)
+        wanted, name = [str(i) for i in ids], self._next("wait")
         recorded = through_outage(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
         outcome = json.loads(recorded) if recorded is not None else None
         if outcome is None:

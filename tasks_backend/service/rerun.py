@@ -19,7 +19,6 @@ from ..errors import JobNotFinished, JobNotFound
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
-from ..running.context import SPAWN_STEP, WAIT_STEP
 from ..store.jobs import RedisStore
 from .audit import Audit
 from .cursors import valid_id
@@ -62,17 +61,6 @@ class Reruns:
             raise JobNotFound()
         return principal, record
 
-    def _without_failed_children(self, steps: dict[str, str]) -> dict[str, str]:
-        """The steps a rerun keeps of a parent's: not a wait that recorded a child that failed, was cancelled or is
-        gone, nor the spawn of such a child. The rerun makes those children again and waits for them, rather than
-        failing at once with the failure it was run again for."""
-        spawns = {name: json.loads(value) for name, value in steps.items() if name.startswith(f"{SPAWN_STEP}:")}
-        states = self.store.states_of([str(i) for i in spawns.values()]) if spawns else []
-        again = {name for name, state in zip(spawns, states, strict=True) if state is not JobState.COMPLETED}
-        again |= {name for name, value in steps.items()
-                  if name.startswith(f"{WAIT_STEP}:") and "failed" in json.loads(value)}
-        return {name: value for name, value in steps.items() if name not in again}
-
     def rerun(self, who: Principal | str, job_id: str, *, keep_steps: bool = False,
               idempotency_key: str | None = None) -> tuple[JobRecord, SubmitOutcome]:
         """Rerun a failed or cancelled job as a new one (see the module's docstring); `JobNotFinished` otherwise."""
@@ -82,7 +70,6 @@ class Reruns:
         steps = self.store.recorded_steps(job_id) if keep_steps else {}
         # A question's deadline is the original's: the rerun asks afresh, with a deadline of its own.
         steps = {name: value for name, value in steps.items() if not name.startswith(DEADLINE_STEP)}
-        steps = self._without_failed_children(steps)
         record, outcome = self._submit(
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,
             original.ttl_ms / 1000, Timing(priority=original.priority), None,
