@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -101,7 +101,7 @@ class ScheduleSpec:
         return sorted(found, reverse=True)[:limit]
 
 
-def _offset(t_ms: int, zone: ZoneInfo) -> Any:
+def _offset(t_ms: int, zone: ZoneInfo) -> timedelta | None:
     return datetime.fromtimestamp(t_ms / 1000, zone).utcoffset()
 
 

@@ -149,14 +149,10 @@ class JobService(FilteredReads, Reruns, Bulk):
         # What a replay must repeat to get the same handle; only a submit with a key needs it.
         request = [operation, stored_params, *([rerun.of, rerun.keep_steps] if rerun else [])]
         request_hash = "" if idempotency_key is None else request_digest([*request, TIMED, *timing.identity()])
-        # A key used before the timing was part of a request holds a hash made without it (and without `TIMED`, so
-        # that no later hash is ever taken for one): a replay of that request still gets its job, until such keys
-        # expire with their jobs.
-        hashes = {request_hash} | ({request_digest(request)} if idempotency_key is not None else set())
         if refused is not None:
             assert idempotency_key is not None
             value = self.store.idempotency_value(owner, idempotency_key)
-            replayed = None if value is None else self._replayed(owner, value, hashes)
+            replayed = None if value is None else self._replayed(owner, value, request_hash, request)
             if replayed is None:
                 raise refused
             return replayed, SubmitOutcome.EXISTING
@@ -202,18 +198,22 @@ class JobService(FilteredReads, Reruns, Bulk):
                 return record, SubmitOutcome.CREATED
             self.store.discard(job_id)
             assert idempotency_key is not None
-            replayed = self._replayed(owner, existing, hashes)
+            replayed = self._replayed(owner, existing, request_hash, request)
             if replayed is not None:
                 return replayed, SubmitOutcome.EXISTING
             # The job behind the key expired a moment ago: free the key and submit afresh.
             self.store.release_idempotency(owner, idempotency_key, existing)
         raise IdempotencyConflict("The idempotency key is in use by a request still being processed.")
 
-    def _replayed(self, owner: str, value: str, hashes: set[str]) -> JobRecord | None:
+    def _replayed(self, owner: str, value: str, request_hash: str, request: list[Any]) -> JobRecord | None:
         """The job an idempotency record (`value`: '<job id> <request hash>') names for a replay of the same
-        request, or None when that job is gone; `IdempotencyConflict` for another request's key."""
+        request, or None when that job is gone; `IdempotencyConflict` for another request's key.
+
+        A key used before the timing was part of a request holds a hash of `request` without it (and without
+        `TIMED`, so that no later hash is ever taken for one): a replay of that request still gets its job, until
+        such keys expire with their jobs. Only a mismatch pays for that second digest."""
         other_id, _, other_hash = value.partition(" ")
-        if other_hash not in hashes:
+        if other_hash != request_hash and other_hash != request_digest(request):
             raise IdempotencyConflict()
         record = self.store.get(other_id)
         if record is not None and record.owner != owner:

@@ -8,7 +8,7 @@
 -- it were seen in time, and are not missed. Applied twice (a lost reply) it answers the first reply, kept as
 -- long as the lease it gave: the second taking would find those entries leased, and leave them to lapse.
 -- The ticker's passes keep the due set alive: only a definition or a resume sets its TTL otherwise, and schedules
--- that tick for longer than the TTL without either would stop. Renewed once half of it is gone (no write per pass).
+-- that tick for longer than the TTL without either would stop. Renewed as `keep` renews (no write per pass).
 
 local kept = redis.call('GET', KEYS[3])
 if kept then return cjson.decode(kept) end
@@ -33,11 +33,8 @@ for i = 1, #due, 2 do
   table.insert(out, first)
   table.insert(out, lapsed)
 end
-local ttl = tonumber(ARGV[3])
-for k = 1, 2 do
-  local left = redis.call('PTTL', KEYS[k])
-  if left == -1 or (left >= 0 and left < ttl / 2) then redis.call('PEXPIRE', KEYS[k], ttl) end
-end
+keep(1, ARGV[3])
+keep(2, ARGV[3])
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 table.insert(out, 1, first[2] or '')
 table.insert(out, 1, ms(now))
