@@ -9,6 +9,7 @@ Rule: the line is byte for byte what gunicorn would write (a test holds the two 
 
 from __future__ import annotations
 
+import logging
 import traceback
 from datetime import timedelta
 from typing import Any
@@ -52,8 +53,12 @@ class AccessLogger(Logger):  # type: ignore[misc]
         size = "-" if sent is None else str(sent)
         referer, agent = _quoted(environ.get("HTTP_REFERER", "-")), _quoted(environ.get("HTTP_USER_AGENT", "-"))
         line = f'{client} - {user} {self.now()} "{request_line}" {_quoted(status)} {size} "{referer}" "{agent}"'
+        log = self.access_log
         try:
-            # The line is whole: no arguments, so a '%' in a path is not read as a placeholder.
-            self.access_log.info(line)
+            # The line is whole: no arguments, so a '%' in a path is not read as a placeholder. Handed to the
+            # logger's handlers as `info` would, without its search of the stack for the caller's line, which the
+            # access line does not show.
+            if log.isEnabledFor(logging.INFO):
+                log.handle(log.makeRecord(log.name, logging.INFO, "(unknown file)", 0, line, (), None))
         except Exception:  # as gunicorn does: a line that cannot be logged is reported, the request goes on
             self.error(traceback.format_exc())

@@ -24,9 +24,21 @@ logger_class = "tasks_backend.serving.access_log.AccessLogger"
 # (adapters.entrance reads X-Forwarded-Proto by the same rule as X-Forwarded-For): gunicorn's own rule, which
 # believes a loopback peer's scheme headers and no other host's, would leave a balancer on another host unheard.
 secure_scheme_headers: dict[str, str] = {}
+# Nor does a loopback peer move the app's mount point (gunicorn's default believes its SCRIPT_NAME and PATH_INFO).
+forwarder_headers = ""
 # gunicorn's control interface is not used here, and its default socket is one path per user: a second web
 # process on the host (another `make run`, a test) would take it over from the first.
 control_socket_disable = True
+
+
+def on_starting(server: Any) -> None:
+    """With no scheme or forwarder header to believe (as set above, unless an operator set some), whom gunicorn
+    trusts to send them changes nothing: trusting every peer spares it parsing the peer's address on each request
+    (cleartext HTTP/2, which that list also guards, is on only when asked for)."""
+    cfg = server.cfg
+    if not cfg.secure_scheme_headers and not cfg.forwarder_headers and "h2" not in getattr(cfg, "http_protocols",
+                                                                                             ["h1"]):
+        cfg.set("forwarded_allow_ips", "*")
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -105,3 +105,16 @@ def test_without_an_access_log_nothing_is_logged(lines: Lines) -> None:
     cfg.set("access_log_format", ACCESS_FORMAT)
     AccessLogger(cfg).access(Response(), Request(), environ(), timedelta(microseconds=900))
     assert lines.lines == []
+
+
+def test_a_level_above_info_keeps_the_line_out(lines: Lines) -> None:
+    """The line goes to the handlers as `info` would send it: not when the access logger is set above INFO."""
+    made = logger(AccessLogger)  # gunicorn's set-up sets the level to INFO
+    access = logging.getLogger("gunicorn.access")
+    level = access.level
+    access.setLevel(logging.WARNING)
+    try:
+        made.access(Response(), Request(), environ(), timedelta(microseconds=900))
+    finally:
+        access.setLevel(level)
+    assert lines.lines == []

@@ -340,3 +340,12 @@ def test_web_processes_on_one_host_share_no_control_socket(redis_base: str, tmp_
         assert not (home / ".gunicorn").exists(), sorted(str(p) for p in home.rglob("*"))
     finally:
         proc.stop()
+
+
+def test_no_peer_moves_the_apps_mount_point_or_path(web: str) -> None:
+    """gunicorn's default believes `SCRIPT_NAME` and `PATH_INFO` headers from a loopback peer; here no peer's are
+    believed: the path asked for is the one served."""
+    for header in ({"SCRIPT_NAME": "/elsewhere"}, {"PATH_INFO": "/v1/jobs"}):
+        answer = httpx.get(f"{web}/healthz", headers=header, timeout=10)
+        assert answer.status_code == 200, (header, answer.status_code, answer.text)
+        assert answer.json()["status"] == "ok"

@@ -1,0 +1,41 @@
+"""`tasks-backend web`'s gunicorn settings: no peer, loopback included, sets the scheme or the mount point."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from gunicorn.config import Config
+from gunicorn.http.parser import RequestParser
+
+from tasks_backend.serving import gunicorn_conf
+
+RAW = (b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Forwarded-Proto: https\r\nSCRIPT_NAME: /elsewhere\r\n"
+       b"PATH_INFO: /admin\r\n\r\n")
+
+
+def started(**overrides: str) -> Config:
+    cfg = Config()
+    for name in ("secure_scheme_headers", "forwarder_headers"):
+        cfg.set(name, getattr(gunicorn_conf, name))
+    for name, value in overrides.items():
+        cfg.set(name, value)
+    gunicorn_conf.on_starting(SimpleNamespace(cfg=cfg))
+    return cfg
+
+
+def test_no_peer_sets_the_scheme_or_the_mount_point() -> None:
+    cfg = started()
+    request = next(iter(RequestParser(cfg, iter([RAW]), ("127.0.0.1", 5000))))
+    assert request.scheme == "http"
+    assert [name for name, _ in request.headers] == ["HOST", "X-FORWARDED-PROTO"]
+
+
+def test_with_nothing_to_believe_the_peer_is_not_looked_up() -> None:
+    assert started().forwarded_allow_ips == ["*"]
+
+
+def test_an_operators_forwarder_header_keeps_gunicorns_list_of_whom_to_believe() -> None:
+    cfg = started(forwarder_headers="REMOTE_USER")
+    assert cfg.forwarded_allow_ips == Config().forwarded_allow_ips
+    request = next(iter(RequestParser(cfg, iter([RAW.replace(b"SCRIPT_NAME", b"REMOTE_USER")]), ("192.0.2.9", 5000))))
+    assert "REMOTE_USER" not in [name for name, _ in request.headers]
