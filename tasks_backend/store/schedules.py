@@ -1,9 +1,11 @@
 """Schedules in Redis: each a hash under its owner's tag, the owner's list of them, the jobs each made, and
 the due set the ticker reads (see `scripts/schedules/`).
 
-Rule: the schedule hash is the truth; the due set only says when to look. A schedule is written first and its
-due entry after, and the ticker always decides from the hash, so a due entry lost or left behind by a crash is
-mended by the next write or dropped by the next look.
+Rule: the schedule hash is the truth; the due set only says when to look, and a definition never leaves a
+schedule without a due entry, whenever its process dies. On a single Redis a definition or a resume writes both in
+one script. On a Cluster (the due set in a slot of its own) a definition adds the entry, if there is none, before it
+writes the hash, and moves it after. The ticker always decides from the hash, so an entry early, late or left behind
+is moved on or dropped by its next look.
 """
 
 from __future__ import annotations
@@ -97,21 +99,44 @@ class ScheduleStore:
                  "pending", ""]
         rid = new_request_id()
 
+        due_keys, due_member = self._due_in_script(owner, spec.name)
+
         def call() -> tuple[str, Any]:
             reply = self.scripts.call("schedules.put", [self.keys.schedule(owner, spec.name),
                                                         self.keys.schedules(owner),
-                                                        self.keys.schedules_declared(owner)],
+                                                        self.keys.schedules_declared(owner), *due_keys],
                                       spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, most, rid,
-                                      "1" if declared else "", *pairs)
+                                      "1" if declared else "", due_member, *pairs)
             return str(reply[0]), reply[1]
 
+        added = False if due_keys else self._due_first(owner, spec.name, next_ms)
         outcome, at = call()
         if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
             outcome, at = call()
+        if outcome == "limit" and added:  # no such schedule: a refused name leaves nothing in the due set
+            with redis_errors():
+                self.redis.zrem(self.keys.schedules_due(), member(owner, spec.name))
         if outcome in ("conflict", "limit"):
             return outcome, None if outcome == "limit" else int(at)
-        self._due(owner, spec.name, int(at), only_new=outcome == "same")
+        if not due_keys:
+            self._due(owner, spec.name, int(at), only_new=outcome == "same")
         return outcome, int(at)
+
+    def _due_first(self, owner: str, name: str, at_ms: int) -> bool:
+        """On a Cluster, before the schedule is written: its due entry, unless it has one; whether it was added."""
+        with redis_errors():
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=True)
+            pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
+            return bool(pipe.execute()[0])
+
+    def _due_in_script(self, owner: str, name: str) -> tuple[list[str], str]:
+        """The due set's keys and the schedule's member, for a script that writes its due entry with the schedule:
+        on a single Redis, where a process that dies between two calls would leave a schedule that never ticks;
+        none on a Cluster, where the due set is in another slot."""
+        if not self.store.single:
+            return [], ""
+        return [self.keys.schedules_due(), self.keys.schedules_taken()], member(owner, name)
 
     def prune(self, owner: str) -> int:
         """Drop from the owner's list the names whose schedule is gone (expired); how many were dropped."""
@@ -167,11 +192,12 @@ class ScheduleStore:
 
     def set_paused(self, owner: str, name: str, paused: bool, next_ms: int | None = None) -> bool:
         """Pause or resume (resuming moves the next run to `next_ms`); False if there is no such schedule."""
-        at = self.scripts.call("schedules.state", [self.keys.schedule(owner, name)], "1" if paused else "0",
-                               "" if next_ms is None else next_ms, self.ttl_ms)
+        due_keys, due_member = self._due_in_script(owner, name)
+        at = self.scripts.call("schedules.state", [self.keys.schedule(owner, name), *due_keys],
+                               "1" if paused else "0", "" if next_ms is None else next_ms, self.ttl_ms, due_member)
         if at is None:
             return False
-        if next_ms is not None:
+        if next_ms is not None and not due_keys:
             self._due(owner, name, int(at))
         return True
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from tasks_backend.running.ticker import Pass, Ticker
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.service.schedules import ScheduleService
 from tests.conftest import make_settings, show_logs_on_failure, wait_until
-from tests.support.procs import Proc, sweeper_process, tails, worker_process
+from tests.support.procs import Proc, settings_env, sweeper_process, tails, worker_process
 
 
 @pytest.fixture
@@ -189,3 +191,37 @@ def test_ticks_held_by_a_ticker_killed_before_claiming_get_their_jobs(own: Runti
     made = ticks_made(service, "alice", "two")
     assert len(made) == len(set(made)) and made[:3] == expected, made
     assert own.store.redis.hlen(own.store.keys.schedules_taken()) == 0  # the survivor's settle dropped the record
+
+
+#: A process that defines a schedule and is killed by SIGKILL as soon as the script that writes it has answered.
+DEFINE_AND_DIE = """
+import os, signal
+from tasks_backend.config import Settings
+from tasks_backend.service.runtime import build_runtime
+from tasks_backend.store.runner import ScriptRunner
+
+real = ScriptRunner.call
+
+def call(self, name, keys, *args):
+    reply = real(self, name, keys, *args)
+    if name == "schedules.put":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return reply
+
+ScriptRunner.call = call
+build_runtime(Settings.from_env()).schedules().define(
+    "alice", {"name": "kept", "operation": "test.noop", "everySeconds": 1})
+"""
+
+
+def test_a_process_killed_as_its_schedule_is_written_leaves_the_schedule_ticking(own: Runtime) -> None:
+    """The schedule and its entry in the due set are written by one script: a web process that dies right after
+    it (before answering 201) leaves no schedule that is listed with a next run but never ticks."""
+    died = subprocess.run([sys.executable, "-c", DEFINE_AND_DIE], env=settings_env(own.settings), timeout=60,
+                          check=False, capture_output=True, text=True)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    service = own.schedules()
+    assert service.get("alice", "kept") is not None
+    ticker = service.ticker()
+    wait_until(lambda: ticker.tick_once() and ticks_made(service, "alice", "kept"), timeout=5, interval=0.1,
+               message="the first tick's job")

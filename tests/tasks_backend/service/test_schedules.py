@@ -1,4 +1,4 @@
-"""The schedule service against a real Redis: what counts against the owner's most schedules."""
+"""The schedule service against a real Redis: what counts against the owner's most schedules, and the due set."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from tasks_backend import schedule
 from tasks_backend.errors import ScheduleLimitReached
 from tasks_backend.service.runtime import build_runtime
+from tasks_backend.store.schedules import member
 from tests.conftest import make_settings
 
 
@@ -35,3 +36,17 @@ def test_a_schedule_declared_again_at_a_start_is_not_counted_though_its_mark_was
     service.declare([nightly])
     _, made = service.define("alice", {"name": "mine", "operation": "test.noop", "everySeconds": 60})
     assert made and store.redis.pttl(store.keys.schedules_declared("alice")) > 0
+
+
+def test_a_name_refused_at_the_limit_leaves_nothing_in_the_due_set(redis_base: str) -> None:
+    """A Cluster's definition adds the due entry before the schedule (a single Redis writes both in one script):
+    a name refused there takes its entry out again, so an owner at its limit cannot grow the due set."""
+    runtime = build_runtime(make_settings(redis_base, max_schedules=1))
+    service, store = runtime.schedules(), runtime.store
+    service.define("alice", {"name": "mine", "operation": "test.noop", "everySeconds": 60})
+    for i in range(3):
+        with pytest.raises(ScheduleLimitReached):
+            service.define("alice", {"name": f"more{i}", "operation": "test.noop", "everySeconds": 60})
+    due = [str(m) for m in store.redis.zrange(store.keys.schedules_due(), 0, -1)]
+    assert member("alice", "mine") in due
+    assert not [m for m in due if m.startswith("more")], due
