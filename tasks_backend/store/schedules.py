@@ -10,6 +10,7 @@ is moved on or dropped by its next look.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -92,7 +93,7 @@ class ScheduleStore:
     # -- define, read, change ------------------------------------------------------------------------
     def put(self, owner: str, spec: ScheduleSpec, *, generation: str, anchor_ms: int, next_ms: int,
             replace: bool = False, most: int = 0, declared: bool = False) -> tuple[str, int | None]:
-        """Define a schedule: (created | replaced | same | conflict | limit, its next run); then its due entry.
+        """Define a schedule: (created | replaced | same | conflict | limit, its next run), with its due entry.
         `most`: a new name is refused ('limit') while the owner has that many schedules, not counting those
         `declared` in code (0: no limit)."""
         pairs = ["owner", owner, "gen", generation, "anchor", anchor_ms, "next", next_ms, "paused", "0",
@@ -109,17 +110,29 @@ class ScheduleStore:
                                       "1" if declared else "", due_member, *pairs)
             return str(reply[0]), reply[1]
 
-        added = False if due_keys else self._due_first(owner, spec.name, next_ms)
-        outcome, at = call()
-        if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
+        if due_keys:
             outcome, at = call()
-        if outcome == "limit" and added:  # no such schedule: a refused name leaves nothing in the due set
-            with redis_errors():
-                self.redis.zrem(self.keys.schedules_due(), member(owner, spec.name))
-        if outcome in ("conflict", "limit"):
+            if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
+                outcome, at = call()
             return outcome, None if outcome == "limit" else int(at)
-        if not due_keys:
-            self._due(owner, spec.name, int(at), only_new=outcome == "same")
+        # A Cluster: the entry first (the hash is the truth: an entry without one is dropped by the next look).
+        added = self._due_first(owner, spec.name, next_ms)
+        try:
+            outcome, at = call()
+            if outcome == "limit" and self.prune(owner):
+                outcome, at = call()
+        except Exception:
+            if added:
+                self._look_now(owner, spec.name)
+            raise
+        if outcome == "limit":
+            if added:
+                self._look_now(owner, spec.name)
+            return outcome, None
+        # An entry this call added was put at this request's next run: a schedule already there ('same',
+        # 'conflict') had lost its own, which goes back to the hash's next run.
+        if outcome != "conflict" or added:
+            self._due(owner, spec.name, int(at), only_new=outcome in ("same", "conflict") and not added)
         return outcome, int(at)
 
     def _due_first(self, owner: str, name: str, at_ms: int) -> bool:
@@ -129,6 +142,13 @@ class ScheduleStore:
             pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=True)
             pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
             return bool(pipe.execute()[0])
+
+    def _look_now(self, owner: str, name: str) -> None:
+        """The entry `_due_first` added, for a schedule that was not written, is left for the next look (which drops
+        it, or moves it on to the run of a schedule of that name another request wrote meanwhile) rather than
+        removed: removing it could take that other schedule's entry. Best effort: a failure leaves it at its time."""
+        with contextlib.suppress(Exception), redis_errors():
+            self.redis.zadd(self.keys.schedules_due(), {member(owner, name): 0}, xx=True)
 
     def _due_in_script(self, owner: str, name: str) -> tuple[list[str], str]:
         """The due set's keys and the schedule's member, for a script that writes its due entry with the schedule:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from tasks_backend import schedule
 from tasks_backend.errors import ScheduleLimitReached
-from tasks_backend.service.runtime import build_runtime
+from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.schedules import member
-from tests.conftest import make_settings
+from tests.conftest import make_settings, wait_until
 
 
 def test_schedules_declared_in_code_do_not_count_against_the_limit(redis_base: str) -> None:
@@ -38,15 +41,75 @@ def test_a_schedule_declared_again_at_a_start_is_not_counted_though_its_mark_was
     assert made and store.redis.pttl(store.keys.schedules_declared("alice")) > 0
 
 
-def test_a_name_refused_at_the_limit_leaves_nothing_in_the_due_set(redis_base: str) -> None:
-    """A Cluster's definition adds the due entry before the schedule (a single Redis writes both in one script):
-    a name refused there takes its entry out again, so an owner at its limit cannot grow the due set."""
-    runtime = build_runtime(make_settings(redis_base, max_schedules=1))
-    service, store = runtime.schedules(), runtime.store
+@pytest.fixture(params=["as built", "entry first"])
+def due_path(request: pytest.FixtureRequest, redis_base: str) -> Callable[..., Runtime]:
+    """A runtime on this test's Redis, defining schedules as it was built to (one script on a single Redis), or as
+    a Cluster does (the due entry first, then the schedule, then the entry moved), on the same keys."""
+
+    def make(**settings: Any) -> Runtime:
+        runtime = build_runtime(make_settings(redis_base, **settings))
+        if request.param == "entry first":
+            runtime.store.single = False
+        return runtime
+
+    return make
+
+
+def due_of(runtime: Runtime, owner: str, name: str) -> float | None:
+    score = runtime.store.redis.zscore(runtime.store.keys.schedules_due(), member(owner, name))
+    return None if score is None else float(score)
+
+
+def test_names_refused_at_the_limit_leave_nothing_the_ticker_keeps(due_path: Callable[..., Runtime]) -> None:
+    """An owner at its limit cannot grow the due set: a refused name's entry, if one was made, goes at the next
+    look."""
+    runtime = due_path(max_schedules=1)
+    service = runtime.schedules()
     service.define("alice", {"name": "mine", "operation": "test.noop", "everySeconds": 60})
     for i in range(3):
         with pytest.raises(ScheduleLimitReached):
             service.define("alice", {"name": f"more{i}", "operation": "test.noop", "everySeconds": 60})
-    due = [str(m) for m in store.redis.zrange(store.keys.schedules_due(), 0, -1)]
+    service.ticker().tick_once()
+    due = [str(m) for m in runtime.store.redis.zrange(runtime.store.keys.schedules_due(), 0, -1)]
     assert member("alice", "mine") in due
     assert not [m for m in due if m.startswith("more")], due
+
+
+def test_a_refused_definition_leaves_the_entry_of_the_schedule_another_request_made(
+        due_path: Callable[..., Runtime]) -> None:
+    """Refused at the limit, and meanwhile the owner deleted a schedule and another request defined the same
+    name: that schedule keeps its due entry."""
+    runtime = due_path(max_schedules=1)
+    service, other = runtime.schedules(), runtime.schedules()
+    service.define("alice", {"name": "old", "operation": "test.noop", "everySeconds": 60})
+    prune = service.store.prune
+
+    def meanwhile(owner: str) -> int:
+        pruned = prune(owner)
+        other.delete("alice", "old")
+        other.define("alice", {"name": "new", "operation": "test.noop", "everySeconds": 60})
+        return pruned
+
+    service.store.prune = meanwhile  # type: ignore[method-assign]
+    with pytest.raises(ScheduleLimitReached):
+        service.define("alice", {"name": "new", "operation": "test.noop", "everySeconds": 60})
+    made = other.get("alice", "new")
+    assert made is not None
+    service.ticker().tick_once()
+    assert due_of(runtime, "alice", "new") == made.next_ms
+
+
+def test_a_definition_again_mends_a_lost_due_entry_at_the_schedules_own_next_run(
+        due_path: Callable[..., Runtime]) -> None:
+    """A due entry lost (a failover of its server, a key expired): the process that declares or defines the same
+    schedule again puts it back at the schedule's next run, not at one counted from now."""
+    runtime = due_path()
+    service = runtime.schedules()
+    body = {"name": "hourly", "operation": "test.noop", "everySeconds": 3600, "catchUp": "none"}
+    service.define("alice", body)
+    made = service.get("alice", "hourly")
+    assert made is not None
+    runtime.store.redis.zrem(runtime.store.keys.schedules_due(), member("alice", "hourly"))
+    wait_until(lambda: runtime.store.now_ms() > made.anchor_ms + 50, timeout=2, message="Redis's clock to move on")
+    assert service.define("alice", body)[1] is False  # the same: not made again
+    assert due_of(runtime, "alice", "hourly") == made.next_ms
