@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
+import gunicorn
 from gunicorn.config import Config
 from gunicorn.http.parser import RequestParser
 
@@ -39,3 +42,20 @@ def test_an_operators_forwarder_header_keeps_gunicorns_list_of_whom_to_believe()
     assert cfg.forwarded_allow_ips == Config().forwarded_allow_ips
     request = next(iter(RequestParser(cfg, iter([RAW.replace(b"SCRIPT_NAME", b"REMOTE_USER")]), ("192.0.2.9", 5000))))
     assert "REMOTE_USER" not in [name for name, _ in request.headers]
+
+
+#: gunicorn's modules that consult its list of peers to trust, each with nothing to believe from one while both
+#: header lists are empty and HTTP/2 is off: the header policy (both HTTP/1 parsers, the ASGI protocol's use of it),
+#: and HTTP/2's. The settings module defines the list.
+TRUST_READERS = {"config.py", "http/message.py", "asgi/protocol.py", "http2/negotiation.py", "http2/request.py"}
+
+
+def test_gunicorn_reads_whom_to_trust_nowhere_else() -> None:
+    """Trusting every peer is neutral only while gunicorn asks the list nothing but which forwarded headers to
+    believe: a release that reads it elsewhere fails here, for someone to look at what it reads it for."""
+    root = Path(gunicorn.__file__).parent
+    uses = re.compile(r"forwarded_allow|_ip_in_allow_list|_peer_is_trusted_proxy|_peer_trusted_for_forwarded|"
+                      r"peer_trusted_for_h2c")
+    readers = {str(path.relative_to(root)) for path in root.rglob("*.py")
+               if any(uses.search(line.split("#", 1)[0]) for line in path.read_text().splitlines())}
+    assert readers <= TRUST_READERS, readers - TRUST_READERS
