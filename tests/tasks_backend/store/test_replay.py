@@ -7,6 +7,7 @@ end through a TCP proxy that drops the first reply to a script call (so redis-py
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -107,8 +108,10 @@ class DropFirstScriptReplyOfAny:
 Proxied = tuple[JobService, DropFirstScriptReply | DropFirstScriptReplyOfAny]
 
 
-@pytest.fixture
-def proxied(runtime: Runtime) -> Iterator[Proxied]:
+@contextlib.contextmanager
+def lossy_store(runtime: Runtime) -> Iterator[tuple[RedisStore, DropFirstScriptReply | DropFirstScriptReplyOfAny]]:
+    """A store on the runtime's Redis (one server or a Cluster) through proxies that, once armed, lose the next
+    script call's reply."""
     current: Any = runtime.store.redis
     proxy: DropFirstScriptReply | DropFirstScriptReplyOfAny
     if isinstance(current, redis.Redis):
@@ -119,12 +122,17 @@ def proxied(runtime: Runtime) -> Iterator[Proxied]:
         proxy = DropFirstScriptReplyOfAny([(n.host, n.port) for n in current.get_primaries()])
         seeds = ",".join(f"127.0.0.1:{p.port}" for p in proxy.proxies.values())
         client = connect_cluster(f"redis+cluster://{seeds}", 2.0, address_remap=proxy.remap)
-    store = RedisStore(client, runtime.store.keys, max_ttl_ms=runtime.store.max_ttl_ms)
     try:
-        yield JobService(store, runtime.registry, runtime.dispatcher, runtime.settings), proxy
+        yield RedisStore(client, runtime.store.keys, max_ttl_ms=runtime.store.max_ttl_ms), proxy
     finally:
         client.close()
         proxy.close()
+
+
+@pytest.fixture
+def proxied(runtime: Runtime) -> Iterator[Proxied]:
+    with lossy_store(runtime) as (store, proxy):
+        yield JobService(store, runtime.registry, runtime.dispatcher, runtime.settings), proxy
 
 
 def idle_runtime(runtime: Runtime) -> Runtime:

@@ -10,11 +10,9 @@ import pytest
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.service.schedules import ScheduleService
-from tasks_backend.store.connect import connect
-from tasks_backend.store.jobs import RedisStore
 from tasks_backend.store.schedules import member
 from tests.conftest import make_settings, wait_until
-from tests.tasks_backend.store.test_replay import DropFirstScriptReply
+from tests.tasks_backend.store.test_replay import DropFirstScriptReply, DropFirstScriptReplyOfAny, lossy_store
 
 
 @pytest.fixture
@@ -23,25 +21,21 @@ def own(redis_base: str) -> Runtime:
     return build_runtime(make_settings(redis_base))
 
 
+#: A schedule service whose store loses the next script call's reply once the proxy is armed.
+Faulty = tuple[ScheduleService, DropFirstScriptReply | DropFirstScriptReplyOfAny]
+
+
 @pytest.fixture
-def faulty(own: Runtime) -> Iterator[tuple[ScheduleService, DropFirstScriptReply]]:
-    kwargs = own.store.redis.connection_pool.connection_kwargs
-    proxy = DropFirstScriptReply((kwargs["host"], kwargs["port"]))
-    client = connect(f"redis://127.0.0.1:{proxy.port}/{kwargs.get('db', 0)}")
-    store = RedisStore(client, own.store.keys, max_ttl_ms=own.store.max_ttl_ms)
-    try:
+def faulty(own: Runtime) -> Iterator[Faulty]:
+    with lossy_store(own) as (store, proxy):
         yield ScheduleService(JobService(store, own.registry, own.dispatcher, own.settings)), proxy
-    finally:
-        client.close()
-        proxy.close()
 
 
 def audited(rt: Runtime, action: str) -> list[str]:
     return [e.target for e in rt.schedules().jobs.audit.query("alice", limit=100)[0] if e.action == action]
 
 
-def test_a_create_whose_reply_was_lost_is_still_made_by_it(own: Runtime, faulty: tuple[ScheduleService,
-                                                                                        DropFirstScriptReply]) -> None:
+def test_a_create_whose_reply_was_lost_is_still_made_by_it(own: Runtime, faulty: Faulty) -> None:
     service, proxy = faulty
     proxy.armed.set()
     _, made = service.define("alice", {"name": "new", "operation": "test.noop", "everySeconds": 60})
@@ -52,8 +46,7 @@ def test_a_create_whose_reply_was_lost_is_still_made_by_it(own: Runtime, faulty:
     assert service.define("alice", {"name": "new", "operation": "test.noop", "everySeconds": 60})[1] is False
 
 
-def test_a_delete_whose_reply_was_lost_is_not_told_there_was_none(own: Runtime, faulty: tuple[
-        ScheduleService, DropFirstScriptReply]) -> None:
+def test_a_delete_whose_reply_was_lost_is_not_told_there_was_none(own: Runtime, faulty: Faulty) -> None:
     service, proxy = faulty
     service.define("alice", {"name": "gone", "operation": "test.noop", "everySeconds": 60})
     proxy.armed.set()
@@ -66,8 +59,7 @@ def test_a_delete_whose_reply_was_lost_is_not_told_there_was_none(own: Runtime, 
         service.delete("alice", "gone")
 
 
-def test_a_take_whose_reply_was_lost_hands_its_ticker_what_it_took(own: Runtime, faulty: tuple[
-        ScheduleService, DropFirstScriptReply]) -> None:
+def test_a_take_whose_reply_was_lost_hands_its_ticker_what_it_took(own: Runtime, faulty: Faulty) -> None:
     service, proxy = faulty
     service.define("alice", {"name": "two", "operation": "test.noop", "everySeconds": 2, "catchUp": "none"})
     tick = service.get("alice", "two").next_ms
@@ -80,8 +72,7 @@ def test_a_take_whose_reply_was_lost_hands_its_ticker_what_it_took(own: Runtime,
         f"schedule:two:{service.get('alice', 'two').generation}:{tick}"]
 
 
-def test_a_claim_and_a_finish_whose_replies_were_lost_answer_as_they_did(own: Runtime, faulty: tuple[
-        ScheduleService, DropFirstScriptReply]) -> None:
+def test_a_claim_and_a_finish_whose_replies_were_lost_answer_as_they_did(own: Runtime, faulty: Faulty) -> None:
     service, proxy = faulty
     service.define("alice", {"name": "c", "operation": "test.noop", "everySeconds": 60})
     read = service.get("alice", "c")
