@@ -16,5 +16,6 @@ CLUSTER_TESTS ?= tests/tasks_backend tests/workers \
 
 .PHONY: test-cluster
 
-test-cluster: install
+# The MCP peer tests (tests/tasks_backend/remote/) run the fastmcp server from its own venv.
+test-cluster: install mcp-clients
 	TEST_REDIS_CLUSTER=1 $(PY) -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS)
