@@ -124,8 +124,14 @@ class JobService(FilteredReads, Reruns, Bulk):
         if parent_state is not None and parent_state is not JobState.CANCELLED:
             return child
         if self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED:
-            self.admission.leave([child.id], final=True, waiting=True)
+            self._cancelled_leave([child.id])
         return self.store.get(child.id) or child
+
+    def _cancelled_leave(self, job_ids: list[str]) -> None:
+        """Cancelled jobs out of the dispatch gate: a held or delayed one waits for nothing now; one sent to a worker
+        keeps its place in flight (and its concurrency value) until its run ends, which it may not do before its
+        next cancellation point."""
+        self.admission.leave(job_ids, final=True, waiting=True)
 
     def _submit(self, principal: Principal | str, operation: str, params: Any, idempotency_key: str | None,
                 ttl_s: float | None, timing: Timing, parent_id: str | None,
@@ -256,13 +262,10 @@ class JobService(FilteredReads, Reruns, Bulk):
             raise JobNotFound()
         if outcome is Cancelled.TERMINAL:
             raise JobNotCancelable()
-        # A held or delayed job waits for nothing now; one sent to a worker keeps its place in flight (and its
-        # concurrency value) until its run ends, which it may not do before its next cancellation point.
-        self.admission.leave([job_id], final=True, waiting=True)
+        self._cancelled_leave([job_id])
         record = self.get(principal, job_id)
         self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
-        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record,
-                     lambda ids: self.admission.leave(ids, final=True, waiting=True))
+        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record, self._cancelled_leave)
         return record
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,

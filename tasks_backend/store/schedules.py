@@ -108,19 +108,18 @@ class ScheduleStore:
                                                         self.keys.schedules_declared(owner), *due_keys],
                                       spec.name, body_of(spec), "1" if replace else "", self.ttl_ms, most, rid,
                                       "1" if declared else "", due_member, *pairs)
-            return str(reply[0]), reply[1]
+            outcome = str(reply[0])
+            if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
+                return call()
+            return outcome, reply[1]
 
         if due_keys:
             outcome, at = call()
-            if outcome == "limit" and self.prune(owner):  # names of schedules that expired no longer count
-                outcome, at = call()
             return outcome, None if outcome == "limit" else int(at)
         # A Cluster: the entry first (the hash is the truth: an entry without one is dropped by the next look).
-        added = self._due_first(owner, spec.name, next_ms)
+        added = self._due(owner, spec.name, next_ms, only_new=True)
         try:
             outcome, at = call()
-            if outcome == "limit" and self.prune(owner):
-                outcome, at = call()
         except Exception:
             if added:
                 self._look_now(owner, spec.name)
@@ -135,18 +134,11 @@ class ScheduleStore:
             self._due(owner, spec.name, int(at), only_new=outcome in ("same", "conflict") and not added)
         return outcome, int(at)
 
-    def _due_first(self, owner: str, name: str, at_ms: int) -> bool:
-        """On a Cluster, before the schedule is written: its due entry, unless it has one; whether it was added."""
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=True)
-            pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
-            return bool(pipe.execute()[0])
-
     def _look_now(self, owner: str, name: str) -> None:
-        """The entry `_due_first` added, for a schedule that was not written, is left for the next look (which drops
-        it, or moves it on to the run of a schedule of that name another request wrote meanwhile) rather than
-        removed: removing it could take that other schedule's entry. Best effort: a failure leaves it at its time."""
+        """The entry a Cluster's definition added first, for a schedule that was not written, is left for the next
+        look (which drops it, or moves it on to the run of a schedule of that name another request wrote meanwhile)
+        rather than removed: removing it could take that other schedule's entry. Best effort: a failure leaves it
+        at its time."""
         with contextlib.suppress(Exception), redis_errors():
             self.redis.zadd(self.keys.schedules_due(), {member(owner, name): 0}, xx=True)
 
@@ -167,14 +159,11 @@ class ScheduleStore:
                 self.redis.zrem(self.keys.schedules(owner), *gone)
         return len(gone)
 
-    def _due(self, owner: str, name: str, at_ms: int, *, only_new: bool = False) -> None:
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.zadd(self.keys.schedules_due(), {member(owner, name): at_ms}, nx=only_new)
-            pipe.pexpire(self.keys.schedules_due(), self.ttl_ms)
-            if not only_new:  # a new run: a ticker's record of taking the old one names a lease that is gone
-                pipe.hdel(self.keys.schedules_taken(), member(owner, name))
-            pipe.execute()
+    def _due(self, owner: str, name: str, at_ms: int, *, only_new: bool = False) -> bool:
+        """A schedule's due entry written apart from the schedule (a Cluster's way, see the module's rule):
+        whether it was added. `only_new`: an entry already there stays."""
+        return bool(self.scripts.call("schedules.due", [self.keys.schedules_due(), self.keys.schedules_taken()],
+                                      member(owner, name), at_ms, "1" if only_new else "", self.ttl_ms))
 
     def get(self, owner: str, name: str) -> Schedule | None:
         with redis_errors():

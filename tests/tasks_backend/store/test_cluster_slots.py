@@ -50,8 +50,9 @@ ONE_SERVER_ONLY = {"submit", "gate.finish", "gate.finish_bypassed", "claim_fetch
 ONE_SLOT_ON_A_CLUSTER = {"schedules.put", "schedules.state"}
 #: Scripts only a worker's broker transport runs (tests/workers/test_broker.py), with kombu's keys beside the job's.
 TRANSPORT_ONLY = {"claim_fetched"}
-#: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time.
-CLUSTER_ONLY = {"create", "owner_index"}
+#: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time, and a
+#: schedule's due entry written apart from it.
+CLUSTER_ONLY = {"create", "owner_index", "schedules.due"}
 
 
 def test_scripts_touch_only_the_keys_they_declare() -> None:

@@ -3,14 +3,16 @@
 -- ARGV: none read (its caller passes the values).
 -- A schedule's entry in the due set at `at` (ms). `only_new`: an entry already there stays (a definition answered
 -- 'same'); otherwise it is moved, and a ticker's record of taking the old run dropped (its lease names a run that
--- is gone). Applied twice it leaves the same.
+-- is gone). Returns 1 when the entry was added, 0 when one was there. Applied twice it leaves the same.
 
 local function due_at(kd, kt, member, at, only_new, ttl)
+  local added
   if only_new then
-    redis.call('ZADD', KEYS[kd], 'NX', at, member)
+    added = redis.call('ZADD', KEYS[kd], 'NX', at, member)
   else
-    redis.call('ZADD', KEYS[kd], at, member)
+    added = redis.call('ZADD', KEYS[kd], at, member)
     redis.call('HDEL', KEYS[kt], member)
   end
   redis.call('PEXPIRE', KEYS[kd], ttl)
+  return added
 end
