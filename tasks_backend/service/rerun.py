@@ -2,8 +2,9 @@
 
 A rerun is a new job with the original's operation, params, priority, retention and owner (the original owner,
 also when an operator asks), and `rerunOf` naming the original. With `keep_steps` the steps the original
-recorded are copied to it before it exists, so they count as done. An idempotency key makes a retried rerun
-answer the same new job (the submit's machinery, keyed under the original owner).
+recorded are copied to it before it exists, so they count as done, and the children its kept spawns name become
+the rerun's (`kept_children`). An idempotency key makes a retried rerun answer the same new job (the submit's
+machinery, keyed under the original owner).
 Each rerun that makes a new job is recorded in the audit trail (`service.audit`).
 """
 
@@ -11,14 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..access.auth import Principal
 from ..errors import JobNotFinished, JobNotFound
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
+from ..running.context import ChildFailed
 from ..store.jobs import RedisStore
 from .audit import Audit
 from .cursors import valid_id
@@ -28,6 +32,60 @@ log = logging.getLogger(__name__)
 
 #: The states a job can be rerun from.
 RERUNNABLE = frozenset({JobState.FAILED, JobState.CANCELLED})
+#: The record names `JobContext.spawn` and `JobContext.wait_for` give their steps.
+SPAWN_STEP, WAIT_STEP = re.compile(r"spawn:\d+"), re.compile(r"wait:\d+")
+#: A child in one of these a rerun may make again: it ran to its end and did not complete.
+REMADE = frozenset({JobState.FAILED, JobState.CANCELLED})
+
+
+def _json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _told(failed: dict[str, Any]) -> str | None:
+    """What the `ChildFailed` a wait's failed outcome raises says (None: not an outcome `wait_for` records)."""
+    try:
+        return str(ChildFailed(**failed))
+    except TypeError:
+        return None
+
+
+def spawns(steps: Mapping[str, str]) -> dict[str, str]:
+    """The steps that look like a spawn's record: name -> the child id it holds (a user's own step may be named
+    like one; the caller keeps only those whose child is the job's)."""
+    return {name: child for name, value in steps.items()
+            if SPAWN_STEP.fullmatch(name) and isinstance(child := _json(value), str)}
+
+
+def kept_children(original: JobRecord, steps: dict[str, str],
+                  children: Mapping[str, JobRecord]) -> tuple[dict[str, str], list[str]]:
+    """What a rerun keeping steps copies of `steps`, and the children it keeps (ids, in spawn order). `children`:
+    the original's children by the name of the spawn step that made each.
+
+    A copy as it is would replay a failed wait: a job that failed on a child would fail again at once. So when the
+    original failed with an uncaught `ChildFailed` from its one failed wait (that wait was its last act), that
+    wait's record is dropped, and so is the spawn of every child that ended failed or cancelled: the rerun makes
+    those children again and waits for them beside the kept ones, which become its own and live as long as it. Any
+    other record is kept; a failure that cannot be told apart this way (user code that caught one `ChildFailed`
+    and waited again, a child gone missing) leaves the steps as they were, so the rerun does what the original
+    did."""
+    failed_waits = [(name, outcome["failed"]) for name, value in steps.items()
+                    if WAIT_STEP.fullmatch(name) and isinstance(outcome := _json(value), dict)
+                    and isinstance(outcome.get("failed"), dict)]
+    drop: set[str] = set()
+    if original.state is JobState.FAILED and (original.error or {}).get("type") == ChildFailed.__name__ \
+            and len(failed_waits) == 1:
+        wait, failed = failed_waits[0]
+        by_id = {c.id: c for c in children.values()}
+        culprit = by_id.get(str(failed.get("child_id")))
+        if culprit is not None and culprit.state in REMADE and _told(failed) == (original.error or {}).get("message"):
+            drop = {wait, *(name for name, c in children.items() if c.state in REMADE)}
+    kept = {name: value for name, value in steps.items() if name not in drop}
+    order = sorted((name for name in children if name not in drop), key=lambda n: int(n.split(":")[1]))
+    return kept, [children[name].id for name in order]
 
 
 @dataclass(frozen=True)
@@ -70,11 +128,28 @@ class Reruns:
         steps = self.store.recorded_steps(job_id) if keep_steps else {}
         # A question's deadline is the original's: the rerun asks afresh, with a deadline of its own.
         steps = {name: value for name, value in steps.items() if not name.startswith(DEADLINE_STEP)}
+        steps, kept = kept_children(original, steps, self._children(original, steps))
         record, outcome = self._submit(
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,
             original.ttl_ms / 1000, Timing(priority=original.priority), None,
             RerunOf(original.id, keep_steps, steps))
+        # The kept children are the rerun's: in its index first (a cancel of it reaches them), then theirs to say.
+        # Also for a retried request (the same rerun answered again): a first one may have ended before this.
+        for child_id in kept:
+            self.store.index_child(record.id, child_id)
+            self.store.adopt(child_id, record.id, record.expires_ms)
         if outcome is SubmitOutcome.CREATED:
             self.audit.record(principal, "job.rerun", job_id=original.id, target=record.id, owner=original.owner,
                               detail="keepSteps" if keep_steps else None)
         return record, outcome
+
+    def _children(self, original: JobRecord, steps: Mapping[str, str]) -> dict[str, JobRecord]:
+        """The original's children its spawn steps name, by step name: those in its index of children (made by its
+        spawns, or kept from the job it reran in turn)."""
+        named = spawns(steps)
+        if not named:
+            return {}
+        indexed = set(self.store.child_ids(original.id))
+        records = self.store.get_many(list(named.values()))
+        return {name: child for name, child in zip(named, records, strict=True)
+                if child is not None and child.id in indexed and child.owner == original.owner}

@@ -86,6 +86,12 @@ class Keys:
         """All keys of one job, in the order the Lua scripts expect them."""
         return [self.job(job_id), self.events(job_id), self.steps(job_id), self.answers(job_id)]
 
+    def lifetime_keys(self, job_id: str) -> list[str]:
+        """Every key of one job that ends when the job does, its hash first: not the push lock, whose TTL is a
+        lease's, nor the audit entries, which outlive the job."""
+        return [*self.job_keys(job_id), self.push_configs(job_id), self.push_cursors(job_id), self.job_meta(job_id),
+                self.children(job_id), self.remote_tasks(job_id)]
+
     # -- one owner (each expires at the TTL ceiling) ------------------------------------------------
     def owner_tag(self, owner: str) -> str:
         return f"{self.prefix}:{{o:{_owner_digest(owner)}}}"

@@ -106,6 +106,12 @@ class Waits(StorePart):
         state = self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)], child_id)
         return JobState(state) if state else None
 
+    def adopt(self, child_id: str, parent_id: str, until_ms: int) -> bool:
+        """Make `parent_id` the child's parent, and keep the child (every key that ends with it) until at least
+        `until_ms` (Redis ms), when that parent ends: its retention is lengthened, never shortened. False: the child
+        is gone. The caller adds it to the parent's index (`index_child`)."""
+        return bool(self.scripts.call("adopt", self.keys.lifetime_keys(child_id), parent_id, until_ms))
+
     def child_ids(self, parent_id: str) -> list[str]:
         """Every child of the job, in the order spawned."""
         with redis_errors():

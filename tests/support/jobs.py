@@ -250,16 +250,18 @@ class ChildParams(Schema):
     index = fields.Integer(required=True)
     gate = fields.String(load_default=None, allow_none=True)
     fail = fields.Boolean(load_default=False)
+    mend = fields.String(load_default=None, allow_none=True)
 
 
 @job("test.child", params=ChildParams, ttl=600, poll_interval=0.1)
-def child(ctx: JobContext, ledger: str, index: int, gate: str | None, fail: bool) -> dict[str, Any]:
-    """Waits for `gate` (if given), then records its one effect; fails after it with `fail`."""
+def child(ctx: JobContext, ledger: str, index: int, gate: str | None, fail: bool, mend: str | None) -> dict[str, Any]:
+    """Waits for `gate` (if given), then records its one effect; fails after it with `fail`, unless the file
+    `mend` exists by then."""
     _append(ledger, {"event": "child start", "index": index, "pid": os.getpid()})
     while gate and not Path(gate).exists():
         ctx.sleep(0.02)
-    ctx.step("effect", lambda: _append(ledger, {"event": "child", "index": index}) or index)
-    if fail:
+    ctx.step("effect", lambda: _append(ledger, {"event": "child", "index": index, "id": ctx.job_id}) or index)
+    if fail and not (mend and Path(mend).exists()):
         raise ValueError(f"child {index} failed")
     return {"child": index}
 
@@ -270,15 +272,16 @@ class ParentParams(Schema):
     gate = fields.String(load_default=None, allow_none=True)
     fail = fields.Integer(load_default=None, allow_none=True)
     catch = fields.Boolean(load_default=False)
+    mend = fields.String(load_default=None, allow_none=True)
 
 
 @job("test.parent", params=ParentParams, ttl=600, poll_interval=0.1)
 def parent(ctx: JobContext, ledger: str, children: int, gate: str | None, fail: int | None,
-           catch: bool) -> Any:
-    """Spawns `children` test.child jobs (child `fail` fails) and waits for them; with `catch`, returns what
-    `ChildFailed` says instead of failing."""
+           catch: bool, mend: str | None) -> Any:
+    """Spawns `children` test.child jobs (child `fail` fails, unless the file `mend` exists when it runs) and waits
+    for them; with `catch`, returns what `ChildFailed` says instead of failing."""
     _append(ledger, {"event": "start", "pid": os.getpid()})
-    ids = [ctx.spawn("test.child", {"ledger": ledger, "index": i, "gate": gate, "fail": i == fail})
+    ids = [ctx.spawn("test.child", {"ledger": ledger, "index": i, "gate": gate, "fail": i == fail, "mend": mend})
            for i in range(children)]
     try:
         return {"children": ids, "results": ctx.wait_for(ids)}

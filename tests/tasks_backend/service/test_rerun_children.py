@@ -1,0 +1,117 @@
+"""A rerun keeping the steps of a parent that failed on a child: over a real worker and real HTTP, the failed child
+is made again, the completed ones are kept (not run again, the rerun's now, alive as long as it); and which
+records `kept_children` drops, as pure logic."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.service.rerun import kept_children
+from tasks_backend.service.runtime import Runtime
+from tests.conftest import ALICE, wait_until
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _settled(http: httpx.Client, job_id: str, status: str) -> dict[str, Any]:
+    return wait_until(lambda: (j := http.get(f"/v1/jobs/{job_id}", headers=ALICE).json())["status"] == status and j,
+                      20, message=f"{job_id} to be {status}")
+
+
+def _ends_ms(handle: dict[str, Any]) -> int:
+    created = dt.datetime.fromisoformat(handle["createdAt"].replace("Z", "+00:00"))
+    return int(created.timestamp() * 1000) + int(handle["ttlMs"])
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_rerun_keeping_steps_makes_the_failed_child_again_and_keeps_the_others(
+        http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
+    ledger, mend = tmp_path / "ledger", tmp_path / "mend"
+    submitted = http.post("/v1/jobs", headers=ALICE, json={
+        "operation": "test.parent", "params": {"ledger": str(ledger), "children": 3, "fail": 1, "mend": str(mend)}})
+    assert submitted.status_code == 202, submitted.text
+    original = submitted.json()["taskId"]
+    failed = _settled(http, original, "failed")
+    assert failed["error"]["type"] == "ChildFailed"
+    first = {e["index"]: e["id"] for e in _ledger(ledger) if e["event"] == "child"}
+    assert sorted(first) == [0, 1, 2]
+
+    mend.touch()
+    answer = http.post(f"/v1/jobs/{original}/rerun", json={"keepSteps": True}, headers=ALICE)
+    assert answer.status_code in (201, 202), answer.text
+    rerun = answer.json()["taskId"]
+    done = _settled(http, rerun, "completed")
+    assert done["result"]["results"] == [{"child": 0}, {"child": 1}, {"child": 2}]
+    kids = done["result"]["children"]
+    # The completed children are the original's, not run again; the failed one is a new job that ran once.
+    assert (kids[0], kids[2]) == (first[0], first[2]) and kids[1] != first[1]
+    effects = [(e["index"], e["id"]) for e in _ledger(ledger) if e["event"] == "child"]
+    assert sorted(effects) == sorted([(0, first[0]), (1, first[1]), (1, kids[1]), (2, first[2])])
+    # The kept children are the rerun's now (a cancel of it would reach them); the original keeps the failed one.
+    listed = http.get("/v1/jobs", params={"parent": rerun}, headers=ALICE).json()["jobs"]
+    assert sorted(k["taskId"] for k in listed) == sorted(kids)
+    listed = http.get("/v1/jobs", params={"parent": original}, headers=ALICE).json()["jobs"]
+    assert [k["taskId"] for k in listed] == [first[1]]
+    # A kept child lives as long as the rerun (it was made to end with the original), and so do its keys.
+    ends = _ends_ms(done)
+    now = runtime.store.now_ms()
+    for kept in (kids[0], kids[2]):
+        handle = http.get(f"/v1/jobs/{kept}", headers=ALICE).json()
+        assert _ends_ms(handle) >= ends and handle["parentId"] == rerun
+        for key in runtime.store.keys.job_keys(kept)[:2]:
+            assert runtime.store.redis.pttl(key) >= ends - now - 1000, key
+
+
+def _record(job_id: str, state: JobState, error: dict[str, Any] | None = None, parent: str | None = None) -> JobRecord:
+    return JobRecord(id=job_id, owner="alice", operation="op", state=state, created_ms=0, updated_ms=0, ttl_ms=1,
+                     poll_ms=1, error=error, parent_id=parent)
+
+
+def _failed_on(child: str, state: str = "failed") -> dict[str, str]:
+    return {"wait:0": json.dumps({"failed": {"child_id": child, "state": state, "error": None}})}
+
+
+ORIGINAL = _record("p", JobState.FAILED, {"type": "ChildFailed", "message": "Child job c1 failed"})
+CHILDREN = {"spawn:0": _record("c0", JobState.COMPLETED, parent="p"), "spawn:1": _record("c1", JobState.FAILED,
+                                                                                         parent="p")}
+SPAWNS = {"spawn:0": '"c0"', "spawn:1": '"c1"'}
+
+
+def test_the_failed_wait_and_the_failed_childs_spawn_are_dropped() -> None:
+    steps = {**SPAWNS, **_failed_on("c1"), "mine": "1"}
+    kept, children = kept_children(ORIGINAL, steps, CHILDREN)
+    assert kept == {"spawn:0": '"c0"', "mine": "1"} and children == ["c0"]
+
+
+@pytest.mark.parametrize("case", ["not ChildFailed", "another message", "two failed waits", "child missing",
+                                  "cancelled original"])
+def test_a_failure_that_cannot_be_told_apart_keeps_every_step(case: str) -> None:
+    original, steps, children = ORIGINAL, {**SPAWNS, **_failed_on("c1")}, dict(CHILDREN)
+    if case == "not ChildFailed":
+        original = _record("p", JobState.FAILED, {"type": "ValueError", "message": "Child job c1 failed"})
+    elif case == "another message":
+        original = _record("p", JobState.FAILED, {"type": "ChildFailed", "message": "Child job c0 failed"})
+    elif case == "two failed waits":  # user code caught the first and waited again: a path the rerun must repeat
+        steps["wait:1"] = steps["wait:0"]
+    elif case == "child missing":  # the wait saw it gone: whether it ran is not known
+        steps = {**SPAWNS, **_failed_on("c9", "missing")}
+        original = _record("p", JobState.FAILED, {"type": "ChildFailed", "message": "Child job c9 missing"})
+    else:
+        original = _record("p", JobState.CANCELLED, ORIGINAL.error)
+    kept, kids = kept_children(original, steps, children)
+    assert kept == steps and kids == ["c0", "c1"]
+
+
+def test_a_step_named_like_a_spawn_that_made_no_child_of_the_job_is_kept_as_a_users() -> None:
+    steps = {**SPAWNS, **_failed_on("c1"), "spawn:7": '"not-a-child"'}
+    kept, children = kept_children(ORIGINAL, steps, CHILDREN)
+    assert kept["spawn:7"] == '"not-a-child"' and "spawn:1" not in kept and children == ["c0"]
