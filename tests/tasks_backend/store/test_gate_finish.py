@@ -170,3 +170,19 @@ def test_a_workers_run_ends_follow_where_its_last_job_was(runtime: Runtime, full
     # by the guess the first left; that one had been bypassed, and the two after it went the short way.
     assert full_finishes == [alice[0], alice[2]]
     assert where(runtime, alice) == [None, "f", None, None, None]
+
+
+def test_a_workers_publish_renews_the_gates_keys_without_setting_them_back(runtime: Runtime,
+                                                                          gate: DispatchGate) -> None:
+    """The hot paths keep a gate key an eighth past its TTL (`keep` in prelude.lua) so that most of them only read
+    it; a publish of a worker's slots renews every gate key the same way, never back down to the TTL itself (the next
+    submit would then write each again)."""
+    submit(runtime, "alice")
+    jobs = runtime.store.keys.gate(runtime.settings.queue, "jobs")
+    kept = runtime.store.redis.pttl(jobs)
+    assert kept > 0
+    gate.tick(worker="w1", slots=2)
+    assert runtime.store.redis.pttl(jobs) >= kept - 5_000
+    runtime.store.redis.persist(jobs)  # a key left without a TTL gets one
+    gate.tick(worker="w1", slots=3)
+    assert runtime.store.redis.pttl(jobs) >= kept - 5_000

@@ -163,7 +163,9 @@ local function gate_release(g, q, cttl, id, info, now, ttl, out, flying, fresh)
   end
 end
 
--- Every gate key's TTL renewed (the pump's tick: the hot paths set a TTL only where a key may be made anew).
+-- Every gate key's TTL renewed (a worker's publish: the hot paths set a TTL only where a key may be made anew), as
+-- `keep` renews a key: never set back below what the hot paths keep it at, which would have each of them write it
+-- again. A key that is not there is left so.
 local function gate_keep(g, ttl)
-  for i = g, g + 8 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  for i = g, g + 8 do keep(i, ttl) end
 end
