@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tasks_backend import schedule
-from tasks_backend.errors import ScheduleLimitReached
+from tasks_backend.errors import ScheduleLimitReached, StoreUnavailable
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.schedules import member
 from tests.conftest import make_settings, wait_until
@@ -113,3 +113,24 @@ def test_a_definition_again_mends_a_lost_due_entry_at_the_schedules_own_next_run
     wait_until(lambda: runtime.store.now_ms() > made.anchor_ms + 50, timeout=2, message="Redis's clock to move on")
     assert service.define("alice", body)[1] is False  # the same: not made again
     assert due_of(runtime, "alice", "hourly") == made.next_ms
+
+
+def test_a_definition_whose_write_failed_leaves_no_entry_the_ticker_keeps(due_path: Callable[..., Runtime]) -> None:
+    """The write of the schedule fails (Redis went away between the two calls of a Cluster's path): the entry put
+    first is set to be looked at now, and that look drops it, since no schedule of that name was written."""
+    runtime = due_path()
+    service = runtime.schedules()
+    scripts, call = service.store.scripts, service.store.scripts.call
+
+    def failing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "schedules.put":
+            raise StoreUnavailable()
+        return call(name, *args, **kwargs)
+
+    scripts.call = failing  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        service.define("alice", {"name": "lost", "operation": "test.noop", "everySeconds": 60})
+    scripts.call = call  # type: ignore[method-assign]
+    assert due_of(runtime, "alice", "lost") in (None, 0.0)  # none at all when the one script failed whole
+    service.ticker().tick_once()
+    assert due_of(runtime, "alice", "lost") is None and service.store.get_many([("alice", "lost")]) == [None]
