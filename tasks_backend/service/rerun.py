@@ -25,6 +25,7 @@ from ..model.timing import Timing
 from ..running.context import ChildFailed
 from ..store.jobs import RedisStore
 from .audit import Audit
+from .children import MAX_DEPTH
 from .cursors import valid_id
 from .reads import as_principal
 
@@ -60,28 +61,28 @@ def spawns(steps: Mapping[str, str]) -> dict[str, str]:
             if SPAWN_STEP.fullmatch(name) and isinstance(child := _json(value), str)}
 
 
-def kept_children(original: JobRecord, steps: dict[str, str],
-                  children: Mapping[str, JobRecord]) -> tuple[dict[str, str], list[str]]:
+def kept_children(original: JobRecord, steps: dict[str, str], children: Mapping[str, JobRecord],
+                  last_step: str | None) -> tuple[dict[str, str], list[str]]:
     """What a rerun keeping steps copies of `steps`, and the children it keeps (ids, in spawn order). `children`:
-    the original's children by the name of the spawn step that made each.
+    the original's children by the name of the spawn step that made each; `last_step`: the step it recorded last.
 
     A copy as it is would replay a failed wait: a job that failed on a child would fail again at once. So when the
-    original failed with an uncaught `ChildFailed` from its one failed wait (that wait was its last act), that
-    wait's record is dropped, and so is the spawn of every child that ended failed or cancelled: the rerun makes
-    those children again and waits for them beside the kept ones, which become its own and live as long as it. Any
-    other record is kept; a failure that cannot be told apart this way (user code that caught one `ChildFailed`
-    and waited again, a child gone missing) leaves the steps as they were, so the rerun does what the original
-    did."""
+    original failed with an uncaught `ChildFailed` from its one failed wait, and that wait was the last step it
+    recorded (nothing it did after, on a path a rerun may not take, is replayed), that wait's record is dropped,
+    and so is the spawn of every child that ended failed or cancelled: the rerun makes those children again and
+    waits for them beside the kept ones, which become its own and live as long as it. Any other record is kept; a
+    failure that cannot be told apart this way (user code that caught one `ChildFailed` and went on, a child gone
+    missing) leaves the steps as they were, so the rerun does what the original did."""
     failed_waits = [(name, outcome["failed"]) for name, value in steps.items()
                     if WAIT_STEP.fullmatch(name) and isinstance(outcome := _json(value), dict)
                     and isinstance(outcome.get("failed"), dict)]
     drop: set[str] = set()
-    if original.state is JobState.FAILED and (original.error or {}).get("type") == ChildFailed.__name__ \
-            and len(failed_waits) == 1:
+    error = original.error or {}
+    if original.state is JobState.FAILED and error.get("type") == ChildFailed.__name__ and len(failed_waits) == 1 \
+            and failed_waits[0][0] == last_step:
         wait, failed = failed_waits[0]
-        by_id = {c.id: c for c in children.values()}
-        culprit = by_id.get(str(failed.get("child_id")))
-        if culprit is not None and culprit.state in REMADE and _told(failed) == (original.error or {}).get("message"):
+        culprit = next((c for c in children.values() if c.id == failed.get("child_id")), None)
+        if culprit is not None and culprit.state in REMADE and _told(failed) == error.get("message"):
             drop = {wait, *(name for name, c in children.items() if c.state in REMADE)}
     kept = {name: value for name, value in steps.items() if name not in drop}
     order = sorted((name for name in children if name not in drop), key=lambda n: int(n.split(":")[1]))
@@ -101,6 +102,8 @@ class Reruns:
     store: RedisStore
     #: JobService's submit (see `JobService._submit`).
     _submit: Callable[..., tuple[JobRecord, SubmitOutcome]]
+    #: JobService's: a child in its parent's index, cancelled if the parent was meanwhile.
+    _indexed_child: Callable[[str, JobRecord], JobRecord]
     audit: Audit
 
     def acting_owner(self, principal: Principal, job_id: str) -> str:
@@ -128,20 +131,37 @@ class Reruns:
         steps = self.store.recorded_steps(job_id) if keep_steps else {}
         # A question's deadline is the original's: the rerun asks afresh, with a deadline of its own.
         steps = {name: value for name, value in steps.items() if not name.startswith(DEADLINE_STEP)}
-        steps, kept = kept_children(original, steps, self._children(original, steps))
+        children = self._children(original, steps)
+        steps, kept = kept_children(original, steps, children, self.store.last_step(job_id) if children else None)
+        # Kept alive first as long as the rerun will be (a minute more: it is made after this reading of the
+        # clock): one whose request dies before it takes them over still finds them when it waits.
+        self._keep_alive(kept, children, self.store.now_ms() + original.ttl_ms + 60_000)
         record, outcome = self._submit(
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,
             original.ttl_ms / 1000, Timing(priority=original.priority), None,
             RerunOf(original.id, keep_steps, steps))
-        # The kept children are the rerun's: in its index first (a cancel of it reaches them), then theirs to say.
-        # Also for a retried request (the same rerun answered again): a first one may have ended before this.
+        # Then the rerun's (also for a retried request: a first one may have ended before this), in its index (a
+        # cancel of it reaches them, as one made meanwhile already did); not one another rerun took over first.
+        by_id = {c.id: c for c in children.values()}
         for child_id in kept:
-            self.store.index_child(record.id, child_id)
-            self.store.adopt(child_id, record.id, record.expires_ms)
+            if self.store.adopt(child_id, record.expires_ms, taken_from=original.id, taker=record.id):
+                self.store.finished.forget(child_id)
+                self._indexed_child(record.id, by_id[child_id])
         if outcome is SubmitOutcome.CREATED:
             self.audit.record(principal, "job.rerun", job_id=original.id, target=record.id, owner=original.owner,
                               detail="keepSteps" if keep_steps else None)
         return record, outcome
+
+    def _keep_alive(self, kept: list[str], children: Mapping[str, JobRecord], until_ms: int) -> None:
+        """The kept children alive until `until_ms`, and the descendants of those still going (their own waits
+        read them)."""
+        going = {c.id for c in children.values() if not c.terminal}
+        todo = [(child_id, 0) for child_id in kept]
+        while todo:
+            job_id, depth = todo.pop()
+            self.store.adopt(job_id, until_ms)
+            if (depth > 0 or job_id in going) and depth < MAX_DEPTH:
+                todo += [(grandchild, depth + 1) for grandchild in self.store.child_ids(job_id)]
 
     def _children(self, original: JobRecord, steps: Mapping[str, str]) -> dict[str, JobRecord]:
         """The original's children its spawn steps name, by step name: those in its index of children (made by its

@@ -1,9 +1,11 @@
 """Finished jobs' records, kept in this process for a moment so that a job polled again is answered from memory.
 
-A finished job never changes state again: its record only goes away (its expiry, or Redis losing it) or, for a job
-a schedule made, gains the schedule's name a moment after it was made. A record is kept for at most `max_age_s`
-(what a lost record or that name may go unseen for), never past its job's expiry by Redis's clock (read every
-`RESYNC_S`, carried on by this host's monotonic clock); only the store's reads for callers come here.
+A finished job never changes state again: its record only goes away (its expiry, or Redis losing it), or, for a job
+a schedule made, gains the schedule's name a moment after it was made, or, for a child a rerun takes over, gains a
+new parent and a longer retention (`forget`s it here; another process may answer the old ones for a moment). A
+record is kept for at most `max_age_s` (what a lost record or those changes may go unseen for), never past its
+job's expiry by Redis's clock (read every `RESYNC_S`, carried on by this host's monotonic clock); only the store's
+reads for callers come here.
 Rule: only terminal records, only whole records as Redis gave them.
 """
 
@@ -71,6 +73,11 @@ class FinishedRecords:
             self._kept[record.id] = (until, record, meta)
             while len(self._kept) > self.size:
                 self._kept.popitem(last=False)
+
+    def forget(self, job_id: str) -> None:
+        """Drop what is kept for `job_id` (its record changed)."""
+        with self._lock:
+            self._kept.pop(job_id, None)
 
     def _redis_ms(self) -> float:
         now = self.clock()

@@ -106,11 +106,20 @@ class Waits(StorePart):
         state = self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)], child_id)
         return JobState(state) if state else None
 
-    def adopt(self, child_id: str, parent_id: str, until_ms: int) -> bool:
-        """Make `parent_id` the child's parent, and keep the child (every key that ends with it) until at least
-        `until_ms` (Redis ms), when that parent ends: its retention is lengthened, never shortened. False: the child
-        is gone. The caller adds it to the parent's index (`index_child`)."""
-        return bool(self.scripts.call("adopt", self.keys.lifetime_keys(child_id), parent_id, until_ms))
+    def adopt(self, child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> bool | None:
+        """Keep the child (every key that ends with it) until at least `until_ms` (Redis ms), within the longest
+        retention from its creation; with `taken_from` and `taker`, make `taker` its parent if its parent is still
+        `taken_from` (or `taker` already). Whether it is the taker's; None if it is gone. The caller adds it to the
+        taker's index (`index_child`)."""
+        mine = self.scripts.call("adopt", self.keys.lifetime_keys(child_id), taken_from, taker, until_ms,
+                                 self.max_ttl_ms)
+        return None if mine is None else bool(mine)
+
+    def last_step(self, job_id: str) -> str | None:
+        """The name of the step the job recorded last (None: none since it was made)."""
+        with redis_errors():
+            name = self.redis.hget(self.keys.job(job_id), "lstep")
+        return name if isinstance(name, str) else None
 
     def child_ids(self, parent_id: str) -> list[str]:
         """Every child of the job, in the order spawned."""

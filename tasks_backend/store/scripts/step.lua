@@ -11,6 +11,6 @@ if s ~= 'ok' then return {'fenced', ''} end
 if redis.call('HSETNX', KEYS[3], ARGV[2], ARGV[3]) == 0 then
   return {'exists', redis.call('HGET', KEYS[3], ARGV[2])}
 end
-redis.call('HSET', KEYS[1], 'ckpt', '1')
+redis.call('HSET', KEYS[1], 'ckpt', '1', 'lstep', ARGV[2])
 redis.call('PEXPIREAT', KEYS[3], expiry())
 return {'ok', ARGV[3]}

@@ -61,14 +61,23 @@ def test_a_rerun_keeping_steps_makes_the_failed_child_again_and_keeps_the_others
     assert sorted(k["taskId"] for k in listed) == sorted(kids)
     listed = http.get("/v1/jobs", params={"parent": original}, headers=ALICE).json()["jobs"]
     assert [k["taskId"] for k in listed] == [first[1]]
-    # A kept child lives as long as the rerun (it was made to end with the original), and so do its keys.
+    # A kept child lives as long as the rerun (it was made to end with the original); its feed, cut short when it
+    # finished, stays so.
     ends = _ends_ms(done)
     now = runtime.store.now_ms()
     for kept in (kids[0], kids[2]):
         handle = http.get(f"/v1/jobs/{kept}", headers=ALICE).json()
         assert _ends_ms(handle) >= ends and handle["parentId"] == rerun
-        for key in runtime.store.keys.job_keys(kept)[:2]:
-            assert runtime.store.redis.pttl(key) >= ends - now - 1000, key
+        assert runtime.store.redis.pttl(runtime.store.keys.job(kept)) >= ends - now - 1000
+        assert 0 < runtime.store.redis.pttl(runtime.store.keys.events(kept)) <= 60_000
+
+    # The same original rerun once more: the children the first rerun took over stay its, read but not taken.
+    again = http.post(f"/v1/jobs/{original}/rerun", json={"keepSteps": True}, headers=ALICE).json()["taskId"]
+    second = _settled(http, again, "completed")["result"]
+    assert (second["children"][0], second["children"][2]) == (first[0], first[2])
+    assert http.get(f"/v1/jobs/{first[0]}", headers=ALICE).json()["parentId"] == rerun
+    listed = http.get("/v1/jobs", params={"parent": again}, headers=ALICE).json()["jobs"]
+    assert [k["taskId"] for k in listed] == [second["children"][1]]
 
 
 def _record(job_id: str, state: JobState, error: dict[str, Any] | None = None, parent: str | None = None) -> JobRecord:
@@ -88,15 +97,20 @@ SPAWNS = {"spawn:0": '"c0"', "spawn:1": '"c1"'}
 
 def test_the_failed_wait_and_the_failed_childs_spawn_are_dropped() -> None:
     steps = {**SPAWNS, **_failed_on("c1"), "mine": "1"}
-    kept, children = kept_children(ORIGINAL, steps, CHILDREN)
+    kept, children = kept_children(ORIGINAL, steps, CHILDREN, "wait:0")
     assert kept == {"spawn:0": '"c0"', "mine": "1"} and children == ["c0"]
 
 
-@pytest.mark.parametrize("case", ["not ChildFailed", "another message", "two failed waits", "child missing",
-                                  "cancelled original"])
+@pytest.mark.parametrize("case", ["steps after the wait", "no last step", "not ChildFailed", "another message",
+                                  "two failed waits", "child missing", "cancelled original"])
 def test_a_failure_that_cannot_be_told_apart_keeps_every_step(case: str) -> None:
-    original, steps, children = ORIGINAL, {**SPAWNS, **_failed_on("c1")}, dict(CHILDREN)
-    if case == "not ChildFailed":
+    original, steps, children, last = ORIGINAL, {**SPAWNS, **_failed_on("c1")}, dict(CHILDREN), "wait:0"
+    if case == "steps after the wait":  # caught, a clean-up child made and waited for, then raised again
+        steps |= {"spawn:2": '"c2"', "wait:1": json.dumps({"results": [None]})}
+        children["spawn:2"], last = _record("c2", JobState.COMPLETED, parent="p"), "wait:1"
+    elif case == "no last step":  # recorded before the job said which was last
+        last = None
+    elif case == "not ChildFailed":
         original = _record("p", JobState.FAILED, {"type": "ValueError", "message": "Child job c1 failed"})
     elif case == "another message":
         original = _record("p", JobState.FAILED, {"type": "ChildFailed", "message": "Child job c0 failed"})
@@ -107,11 +121,11 @@ def test_a_failure_that_cannot_be_told_apart_keeps_every_step(case: str) -> None
         original = _record("p", JobState.FAILED, {"type": "ChildFailed", "message": "Child job c9 missing"})
     else:
         original = _record("p", JobState.CANCELLED, ORIGINAL.error)
-    kept, kids = kept_children(original, steps, children)
-    assert kept == steps and kids == ["c0", "c1"]
+    kept, kids = kept_children(original, steps, children, last)
+    assert kept == steps and kids == [c.id for _, c in sorted(children.items())]
 
 
 def test_a_step_named_like_a_spawn_that_made_no_child_of_the_job_is_kept_as_a_users() -> None:
     steps = {**SPAWNS, **_failed_on("c1"), "spawn:7": '"not-a-child"'}
-    kept, children = kept_children(ORIGINAL, steps, CHILDREN)
+    kept, children = kept_children(ORIGINAL, steps, CHILDREN, "wait:0")
     assert kept["spawn:7"] == '"not-a-child"' and "spawn:1" not in kept and children == ["c0"]

@@ -141,7 +141,7 @@ def one_life(runtime: Runtime) -> None:
     store.park(waiter, int(store.get(waiter).token), Change.waiting("Sleeping.", wake_ms=1), look_in_ms=0)  # type: ignore[union-attr]
     store.wake(waiter, None, "Resuming.", sweep_in_ms=60_000)
     store.index_child(job_id, waiter)
-    assert store.adopt(waiter, job_id, store.now_ms() + 900_000)  # as a rerun keeping its parent's steps does
+    assert store.adopt(waiter, store.now_ms() + 900_000) is False  # kept alive, as a rerun keeps a child
     _, woken = store.due_to_wake(100)
     store.settle_wakes([(i, score, None) for i, score in woken if i == waiter])
     # The waiter delegates to a remote agent: its task's reference, the remote schedule, the push key.
