@@ -134,7 +134,9 @@ class Reruns:
         children = self._children(original, steps)
         steps, kept = kept_children(original, steps, children, self.store.last_step(job_id) if children else None)
         # Kept alive first as long as the rerun will be (a minute more: it is made after this reading of the
-        # clock): one whose request dies before it takes them over still finds them when it waits.
+        # clock): a rerun whose request dies before it takes them over still finds those that finished when it
+        # waits (one still going stays the original's, and is cancelled once that expires, until the request is
+        # made again).
         self._keep_alive(kept, children, self.store.now_ms() + original.ttl_ms + 60_000)
         record, outcome = self._submit(
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,

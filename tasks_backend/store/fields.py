@@ -76,6 +76,8 @@ BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
 OWNER, STATE, TOKEN, CANCELLED_TOKEN, LEASE, WORKER = "owner", "state", "token", "ctok", "lease", "worker"
 OPERATION = "op"
+#: The name of the step the job recorded last (`step.lua`).
+LAST_STEP = "lstep"
 #: What a claim drops of the hash it read: the last run's message and the sweeper's marks of the last queueing.
 CLAIM_DROPS = ("msg", "mark", "gone", "bmark", "bgone")
 

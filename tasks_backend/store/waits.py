@@ -14,7 +14,7 @@ from typing import Any
 from ..model.domain import JobState
 from .admission import GateLeave, finish_reply
 from .connect import redis_errors
-from .fields import OPERATION, STATE, TOKEN, Change
+from .fields import LAST_STEP, OPERATION, STATE, TOKEN, Change
 from .outcomes import Moved, Woken
 from .part import StorePart
 from .runner import new_request_id
@@ -118,7 +118,7 @@ class Waits(StorePart):
     def last_step(self, job_id: str) -> str | None:
         """The name of the step the job recorded last (None: none since it was made)."""
         with redis_errors():
-            name = self.redis.hget(self.keys.job(job_id), "lstep")
+            name = self.redis.hget(self.keys.job(job_id), LAST_STEP)
         return name if isinstance(name, str) else None
 
     def child_ids(self, parent_id: str) -> list[str]:
