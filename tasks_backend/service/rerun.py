@@ -70,9 +70,10 @@ def kept_children(original: JobRecord, steps: dict[str, str], children: Mapping[
     original failed with an uncaught `ChildFailed` from its one failed wait, and that wait was the last step it
     recorded (nothing it did after, on a path a rerun may not take, is replayed), that wait's record is dropped,
     and so is the spawn of every child that ended failed or cancelled: the rerun makes those children again and
-    waits for them beside the kept ones, which become its own and live as long as it. Any other record is kept; a
-    failure that cannot be told apart this way (user code that caught one `ChildFailed` and went on, a child gone
-    missing) leaves the steps as they were, so the rerun does what the original did."""
+    waits for them beside the kept ones, which become its own and live as long as it. Likewise a cancelled original
+    that recorded no failed wait: its children still going were cancelled with it, and the rerun makes them again.
+    Any other record is kept; a failure that cannot be told apart this way (user code that caught one `ChildFailed`
+    and went on, a child gone missing) leaves the steps as they were, so the rerun does what the original did."""
     failed_waits = [(name, outcome["failed"]) for name, value in steps.items()
                     if WAIT_STEP.fullmatch(name) and isinstance(outcome := _json(value), dict)
                     and isinstance(outcome.get("failed"), dict)]
@@ -84,6 +85,9 @@ def kept_children(original: JobRecord, steps: dict[str, str], children: Mapping[
         culprit = next((c for c in children.values() if c.id == failed.get("child_id")), None)
         if culprit is not None and culprit.state in REMADE and _told(failed) == error.get("message"):
             drop = {wait, *(name for name, c in children.items() if c.state in REMADE)}
+    elif original.state is JobState.CANCELLED and not failed_waits:
+        # Its children still going were cancelled with it (the cascade), and no wait of it saw one end so.
+        drop = {name for name, c in children.items() if c.state in REMADE}
     kept = {name: value for name, value in steps.items() if name not in drop}
     order = sorted((name for name in children if name not in drop), key=lambda n: int(n.split(":")[1]))
     return kept, [children[name].id for name in order]

@@ -129,3 +129,33 @@ def test_a_step_named_like_a_spawn_that_made_no_child_of_the_job_is_kept_as_a_us
     steps = {**SPAWNS, **_failed_on("c1"), "spawn:7": '"not-a-child"'}
     kept, children = kept_children(ORIGINAL, steps, CHILDREN, "wait:0")
     assert kept["spawn:7"] == '"not-a-child"' and "spawn:1" not in kept and children == ["c0"]
+
+
+def test_a_cancelled_original_makes_the_children_cancelled_with_it_again() -> None:
+    original = _record("p", JobState.CANCELLED)
+    children = {"spawn:0": _record("c0", JobState.COMPLETED, parent="p"),
+                "spawn:1": _record("c1", JobState.CANCELLED, parent="p")}
+    kept, kids = kept_children(original, {**SPAWNS, "mine": "1"}, children, "mine")
+    assert kept == {"spawn:0": '"c0"', "mine": "1"} and kids == ["c0"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_rerun_keeping_the_steps_of_a_parent_cancelled_while_it_waited_makes_its_children_again(
+        http: httpx.Client, runtime: Runtime, tmp_path: Path) -> None:
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    submitted = http.post("/v1/jobs", headers=ALICE, json={
+        "operation": "test.parent", "params": {"ledger": str(ledger), "children": 2, "gate": str(gate)}})
+    assert submitted.status_code == 202, submitted.text
+    original = submitted.json()["taskId"]
+    wait_until(lambda: runtime.store.get(original).state is JobState.SUSPENDED, 20,  # type: ignore[union-attr]
+               message="the parent to wait for its children")
+    first = [k["taskId"] for k in http.get("/v1/jobs", params={"parent": original}, headers=ALICE).json()["jobs"]]
+    assert http.post(f"/v1/jobs/{original}/cancel", headers=ALICE).json()["status"] == "cancelled"
+    for kid in first:
+        _settled(http, kid, "cancelled")
+    gate.touch()
+    answer = http.post(f"/v1/jobs/{original}/rerun", json={"keepSteps": True}, headers=ALICE)
+    assert answer.status_code in (201, 202), answer.text
+    done = _settled(http, answer.json()["taskId"], "completed")
+    assert done["result"]["results"] == [{"child": 0}, {"child": 1}]
+    assert not set(done["result"]["children"]) & set(first)
