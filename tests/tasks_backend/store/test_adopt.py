@@ -8,7 +8,8 @@ from tasks_backend.service.runtime import Runtime
 
 
 def _child(runtime: Runtime, parent: str = "p-original") -> str:
-    record, _ = runtime.service.submit("alice", "test.noop", {}, ttl_s=60)
+    # Delayed: a worker of another test in this process must not finish it (its feed would be cut short).
+    record, _ = runtime.service.submit("alice", "test.noop", {}, ttl_s=60, delay_ms=50_000)
     runtime.store.redis.hset(runtime.store.keys.job(record.id), "parent", parent)
     return record.id
 
