@@ -66,6 +66,11 @@ class QuestionTimedOut(Exception):
         super().__init__(f"question {key} not answered by {deadline}")
 
 
+#: The kinds of record `ctx.sleep`, `ctx.spawn` and `ctx.wait_for` make, named `<kind>:<n>` (the n-th of its kind in
+#: a run): a rerun keeping steps reads spawns and waits by these names (`service.rerun`).
+SLEEP_RECORD, SPAWN_RECORD, WAIT_RECORD = "sleep", "spawn", "wait"
+
+
 class ChildFailed(Exception):
     """Raised by `ctx.wait_for` when a child job failed, was cancelled or is gone: `child_id` says which,
     `state` how it ended ("failed", "cancelled" or "missing"), `error` its error (None unless failed)."""
@@ -272,7 +277,7 @@ class JobContext(RemoteSteps):
         if hold_worker or seconds < PARK_MIN_S:
             self._nap(seconds)
             return
-        until = self.step(self._next("sleep"),
+        until = self.step(self._next(SLEEP_RECORD),
                           lambda: through_outage(self._store.now_ms, self._tolerance) + int(seconds * 1000))
         self._sleep_to(int(until), nap_below_ms=NAP_REST_MS)
 
@@ -297,7 +302,7 @@ class JobContext(RemoteSteps):
 
         The child expires when this job does (at least `CHILD_MIN_TTL_S` from now), whatever its operation's
         TTL: a parent's wait cannot lose a finished child, nor a cancel of the parent miss a live one."""
-        name = self._next("spawn")
+        name = self._next(SPAWN_RECORD)
         key = self.idempotency_key(name)
         spawner = self._executor.spawner
         if spawner is None:
@@ -316,7 +321,7 @@ class JobContext(RemoteSteps):
         """Wait until every job in `ids` is finished, holding no worker meanwhile; return their results in order.
         Raises `ChildFailed` for the first that failed, was cancelled or is gone (another owner's job counts
         as gone). The outcome is recorded: a replay answers the same."""
-        wanted, name = [str(i) for i in ids], self._next("wait")
+        wanted, name = [str(i) for i in ids], self._next(WAIT_RECORD)
         recorded = through_outage(lambda: self._store.recorded_step(self.job_id, name), self._tolerance)
         outcome = json.loads(recorded) if recorded is not None else None
         if outcome is None:

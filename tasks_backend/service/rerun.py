@@ -22,7 +22,7 @@ from ..errors import JobNotFinished, JobNotFound
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
-from ..running.context import ChildFailed
+from ..running.context import SPAWN_RECORD, WAIT_RECORD, ChildFailed
 from ..store.jobs import RedisStore
 from .audit import Audit
 from .children import MAX_DEPTH
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 #: The states a job can be rerun from.
 RERUNNABLE = frozenset({JobState.FAILED, JobState.CANCELLED})
 #: The record names `JobContext.spawn` and `JobContext.wait_for` give their steps.
-SPAWN_STEP, WAIT_STEP = re.compile(r"spawn:\d+"), re.compile(r"wait:\d+")
+SPAWN_STEP, WAIT_STEP = re.compile(rf"{SPAWN_RECORD}:\d+"), re.compile(rf"{WAIT_RECORD}:\d+")
 #: A child in one of these a rerun may make again: it ran to its end and did not complete.
 REMADE = frozenset({JobState.FAILED, JobState.CANCELLED})
 
@@ -151,7 +151,6 @@ class Reruns:
         by_id = {c.id: c for c in children.values()}
         for child_id in kept:
             if self.store.adopt(child_id, record.expires_ms, taken_from=original.id, taker=record.id):
-                self.store.finished.forget(child_id)
                 self._indexed_child(record.id, by_id[child_id])
         if outcome is SubmitOutcome.CREATED:
             self.audit.record(principal, "job.rerun", job_id=original.id, target=record.id, owner=original.owner,

@@ -15,6 +15,7 @@ from ..model.domain import JobState
 from .admission import GateLeave, finish_reply
 from .connect import redis_errors
 from .fields import LAST_STEP, OPERATION, STATE, TOKEN, Change
+from .finished import FinishedRecords
 from .outcomes import Moved, Woken
 from .part import StorePart
 from .runner import new_request_id
@@ -35,6 +36,7 @@ class Waits(StorePart):
     """The waiting side of the job store."""
 
     gate_finish_args: Callable[..., tuple[list[str], list[Any]]]  # AdmissionStore's
+    finished: FinishedRecords  # RedisStore's
 
     def now_ms(self) -> int:
         """Redis's clock, in ms: the one clock every process compares times by."""
@@ -113,6 +115,8 @@ class Waits(StorePart):
         taker's index (`index_child`)."""
         mine = self.scripts.call("adopt", self.keys.lifetime_keys(child_id), taken_from, taker, until_ms,
                                  self.max_ttl_ms)
+        if mine is not None:
+            self.finished.forget(child_id)  # a finished record kept here may have another parent or retention now
         return None if mine is None else bool(mine)
 
     def last_step(self, job_id: str) -> str | None:
