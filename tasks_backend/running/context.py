@@ -309,10 +309,14 @@ class JobContext(RemoteSteps):
             raise RuntimeError("This worker cannot start child jobs: its runtime gave it no spawner.")
 
         def submit() -> str:
-            # Redis's clock, which expires the parent. The idempotency record lives as long as the child, so a
-            # replay after a lost worker finds the child made before for as long as the parent lives.
-            left_s = (self._expires_ms - self._store.now_ms()) / 1000
-            return spawner(self.owner, operation, params, key, self.job_id, max(left_s, CHILD_MIN_TTL_S))
+            # The time this job has left by Redis's clock, which expires it, read now rather than from the claim: a
+            # rerun that took this job over as a child while it ran has lengthened its life since. The idempotency
+            # record lives as long as the child, so a replay after a lost worker finds the child made before for as
+            # long as the parent lives.
+            left_ms = self._store.time_left_ms(self.job_id)
+            if left_ms is None:  # gone already: its claim's view; the child is cancelled at its pickup anyway
+                left_ms = self._expires_ms - self._store.now_ms()
+            return spawner(self.owner, operation, params, key, self.job_id, max(left_ms / 1000, CHILD_MIN_TTL_S))
 
         # The submit is idempotent by `key`, so one whose reply was lost in an outage is made again safely.
         return str(self.step(name, lambda: through_outage(submit, self._tolerance)))

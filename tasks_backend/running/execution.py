@@ -329,12 +329,15 @@ class Executor:
         return self.store.request_cancel(record.id, record.owner) is Cancelled.CANCELLED
 
     def _tell_parent(self, record: JobRecord) -> None:
-        """A child finished: its parent may wait for it (see `waking`)."""
+        """A child finished: its parent may wait for it (see `waking`). The parent it names now, not at its claim: a
+        rerun may have taken it over while it ran (`service.rerun`), and the job that made it waits for nothing."""
         if record.parent_id is not None:
+            parent = record.parent_id
             try:
-                self.waker.check_parent(record.parent_id)
+                parent = self.store.parent_of(record.id) or parent
+                self.waker.check_parent(parent)
             except StoreUnavailable:
-                log.info("parent %s of %s left to the wake schedule", record.parent_id, record.id)
+                log.info("parent %s of %s left to the wake schedule", parent, record.id)
 
     def _cancelled(self, record: JobRecord) -> str:
         """The owner cancelled this run (the job is `cancelled` already): count it, record nothing."""

@@ -76,6 +76,7 @@ BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
 OWNER, STATE, TOKEN, CANCELLED_TOKEN, LEASE, WORKER = "owner", "state", "token", "ctok", "lease", "worker"
 OPERATION = "op"
+PARENT = "parent"
 #: The name of the step the job recorded last (`step.lua`).
 LAST_STEP = "lstep"
 #: What a claim drops of the hash it read: the last run's message and the sweeper's marks of the last queueing.
@@ -98,7 +99,7 @@ def new_job(*, owner: str, operation: str, ttl_ms: int, poll_ms: int, params_jso
     if idempotency_key is not None:
         fields["idem"] = idempotency_key
     if parent_id is not None:
-        fields["parent"] = parent_id
+        fields[PARENT] = parent_id
     if rerun_of is not None:
         fields["rerun"] = rerun_of
     if checkpointed:  # steps copied from the job it reruns: deleted with the job's other checkpoints at its end
@@ -149,7 +150,7 @@ def record(job_id: str, raw: Mapping[str, str], queued_ms: int = 0) -> JobRecord
         lease_until_ms=int(raw.get(LEASE) or 0),
         idempotency_key=raw.get("idem") or None,
         schedule=raw.get("sched") or None,
-        parent_id=raw.get("parent") or None,
+        parent_id=raw.get(PARENT) or None,
         rerun_of=raw.get("rerun") or None,
         run_at_ms=int(run_at) if run_at else (int(raw["created"]) + int(delay) if delay else None),
         priority=int(raw.get("prio") or DEFAULT_PRIORITY),

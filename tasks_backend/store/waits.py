@@ -14,7 +14,7 @@ from typing import Any
 from ..model.domain import JobState
 from .admission import GateLeave, finish_reply
 from .connect import redis_errors
-from .fields import LAST_STEP, OPERATION, STATE, TOKEN, Change
+from .fields import LAST_STEP, OPERATION, PARENT, STATE, TOKEN, Change
 from .finished import FinishedRecords
 from .outcomes import Moved, Woken
 from .part import StorePart
@@ -43,6 +43,19 @@ class Waits(StorePart):
         with redis_errors():
             seconds, micros = self.redis.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+    def time_left_ms(self, job_id: str) -> int | None:
+        """How long the job has left before it expires, by Redis's clock (None: gone, or kept without an end). Read
+        afresh: a rerun that takes a running child over lengthens its life (`adopt`)."""
+        with redis_errors():
+            left = int(self.redis.pttl(self.keys.job(job_id)))
+        return left if left >= 0 else None
+
+    def parent_of(self, job_id: str) -> str | None:
+        """The job's parent as it stands now: the job whose spawn made it, or the rerun that took it over since."""
+        with redis_errors():
+            parent = self.redis.hget(self.keys.job(job_id), PARENT)
+        return parent if isinstance(parent, str) and parent else None
 
     def park(self, job_id: str, token: int, change: Change, *, look_in_ms: int,
              request_id: str | None = None, leave: GateLeave | None = None) -> tuple[Moved, int]:

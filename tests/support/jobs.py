@@ -273,16 +273,23 @@ class ParentParams(Schema):
     fail = fields.Integer(load_default=None, allow_none=True)
     catch = fields.Boolean(load_default=False)
     mend = fields.String(load_default=None, allow_none=True)
+    hold = fields.String(load_default=None, allow_none=True)
+    quit = fields.Boolean(load_default=False)
 
 
 @job("test.parent", params=ParentParams, ttl=600, poll_interval=0.1)
 def parent(ctx: JobContext, ledger: str, children: int, gate: str | None, fail: int | None,
-           catch: bool, mend: str | None) -> Any:
-    """Spawns `children` test.child jobs (child `fail` fails, unless the file `mend` exists when it runs) and waits
-    for them; with `catch`, returns what `ChildFailed` says instead of failing."""
+           catch: bool, mend: str | None, hold: str | None, quit: bool) -> Any:
+    """Waits for the file `hold` (if given), spawns `children` test.child jobs (child `fail` fails, unless the file
+    `mend` exists when it runs) and waits for them; with `catch`, returns what `ChildFailed` says instead of
+    failing. With `quit` it fails itself right after the spawns, before waiting, unless `mend` exists."""
     _append(ledger, {"event": "start", "pid": os.getpid()})
+    while hold and not Path(hold).exists():
+        ctx.sleep(0.02)
     ids = [ctx.spawn("test.child", {"ledger": ledger, "index": i, "gate": gate, "fail": i == fail, "mend": mend})
            for i in range(children)]
+    if quit and not (mend and Path(mend).exists()):
+        raise ValueError("the parent quit")
     try:
         return {"children": ids, "results": ctx.wait_for(ids)}
     except ChildFailed as exc:

@@ -6,6 +6,7 @@ No worker consumes the runtime's queue: each test runs the jobs itself, in the o
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,50 @@ def test_a_child_whose_parent_expired_is_cancelled_when_picked_up(rt: Runtime, t
     wait_until(lambda: store.get(parent.id) is None, 10, message="the parent to expire")
     assert executor.run(kid) == "cancelled"
     assert store.get(kid).state is JobState.CANCELLED and not effects(ledger)  # type: ignore[union-attr]
+
+
+def _run_in_thread(executor: Any, job_id: str) -> tuple[threading.Thread, list[str]]:
+    outcome: list[str] = []
+    thread = threading.Thread(target=lambda: outcome.append(executor.run(job_id)), daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_child_spawned_after_its_parent_was_given_longer_to_live_lives_as_long(rt: Runtime, tmp_path: Path) -> None:
+    store, executor = rt.store, rt.executor()
+    hold = tmp_path / "hold"
+    parent, _ = rt.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1,
+                                                           "hold": str(hold)})
+    thread, outcome = _run_in_thread(executor, parent.id)
+    wait_until(lambda: store.get(parent.id).state is JobState.RUNNING, 10,  # type: ignore[union-attr]
+               message="the parent to run")
+    # As a rerun that takes the running job over as its child does (`service.rerun`): its run read its end before.
+    until = store.now_ms() + 3_000_000
+    store.adopt(parent.id, until)
+    hold.touch()
+    thread.join(10)
+    assert outcome == ["suspended"]
+    kid = store.get(spawned(rt, parent.id))
+    assert kid is not None and kid.expires_ms >= until - 5_000, (kid.expires_ms, until)
+
+
+def test_a_child_a_rerun_took_over_while_it_ran_wakes_the_rerun_when_it_ends(rt: Runtime, tmp_path: Path) -> None:
+    store, executor = rt.store, rt.executor()
+    gate, mend = tmp_path / "gate", tmp_path / "mend"
+    original, _ = rt.service.submit("alice", "test.parent", {
+        "ledger": str(tmp_path / "ledger"), "children": 1, "gate": str(gate), "quit": True, "mend": str(mend)})
+    assert executor.run(original.id) == "failed"  # it quit right after its spawn
+    kid = spawned(rt, original.id)
+    thread, outcome = _run_in_thread(executor, kid)  # the child's run begins while the original is its parent
+    wait_until(lambda: store.get(kid).state is JobState.RUNNING, 10, message="the child to run")  # type: ignore[union-attr]
+    mend.touch()
+    rerun, _ = rt.service.rerun("alice", original.id, keep_steps=True)
+    assert store.get(kid).parent_id == rerun.id  # type: ignore[union-attr]
+    assert executor.run(rerun.id) == "suspended"  # waiting for the child it kept
+    gate.touch()
+    thread.join(10)
+    assert outcome == ["completed"]
+    # Woken by the child's end at once (no wake schedule runs here), not left to the schedule's next look.
+    assert store.get(rerun.id).state is JobState.QUEUED  # type: ignore[union-attr]
+    assert executor.run(rerun.id) == "completed"
+    assert store.get(rerun.id).result == {"children": [kid], "results": [{"child": 0}]}  # type: ignore[union-attr]
