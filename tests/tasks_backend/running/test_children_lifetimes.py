@@ -1,6 +1,7 @@
 """How long child jobs live, and what a parent's wait is held by: a child expires with its parent (so a finished
-child is not lost while its parent waits for a sibling, and a replayed spawn finds it), a child whose parent is gone
-is cancelled when it is picked up, and another owner's job that `wait_for` reads as gone does not keep it waiting.
+child is not lost while its parent waits for a sibling, and a replayed spawn finds it), also with a parent whose life
+was lengthened while it ran; a child whose parent is gone is cancelled when it is picked up; another owner's job that
+`wait_for` reads as gone does not keep it waiting; and a child a rerun took over while it ran wakes that rerun.
 No worker consumes the runtime's queue: each test runs the jobs itself, in the order it needs."""
 
 from __future__ import annotations
