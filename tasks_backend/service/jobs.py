@@ -123,9 +123,13 @@ class JobService(FilteredReads, Reruns, Bulk):
         parent_state = self.store.index_child(parent_id, child.id)
         if parent_state is not None and parent_state is not JobState.CANCELLED:
             return child
-        if self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED:
+        cancelled = self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED
+        if cancelled:
             self._cancelled_leave([child.id])
-        return self.store.get(child.id) or child
+        record = self.store.get(child.id) or child
+        if cancelled:  # what follows any cancel: a child a rerun kept (`service.rerun`) may have children of its own
+            self._after_cancel(record)
+        return record
 
     def _cancelled_leave(self, job_ids: list[str]) -> None:
         """Cancelled jobs out of the dispatch gate: a held or delayed one waits for nothing now; one sent to a worker
@@ -265,8 +269,12 @@ class JobService(FilteredReads, Reruns, Bulk):
         self._cancelled_leave([job_id])
         record = self.get(principal, job_id)
         self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
-        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record, self._cancelled_leave)
+        self._after_cancel(record)
         return record
+
+    def _after_cancel(self, record: JobRecord) -> None:
+        """A job just cancelled: its unfinished children and remote tasks with it, and its parent told."""
+        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record, self._cancelled_leave)
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,
                       only: set[str] | None = None) -> JobRecord:

@@ -3,6 +3,7 @@ is told and waits for those and for other ids it is given. Effects go to the led
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from marshmallow import Schema, fields
@@ -28,12 +29,16 @@ def short_child(ctx: JobContext, ledger: str, index: int) -> dict[str, Any]:
 class WaiterParams(Schema):
     kids = fields.List(fields.Dict(), required=True)  # [{"op": ..., "params": {...}}]
     others = fields.List(fields.String(), load_default=list)
+    quit_unless = fields.String(load_default=None, allow_none=True)
 
 
 @job("kidtests.waiter", params=WaiterParams, ttl=600, poll_interval=0.1)
-def waiter(ctx: JobContext, kids: list[dict[str, Any]], others: list[str]) -> dict[str, Any]:
-    """Spawns `kids`, then waits for them and for `others`; returns the results, or what `ChildFailed` says."""
+def waiter(ctx: JobContext, kids: list[dict[str, Any]], others: list[str], quit_unless: str | None) -> dict[str, Any]:
+    """Spawns `kids`, then waits for them and for `others`; returns the results, or what `ChildFailed` says. With
+    `quit_unless`, it fails right after the spawns unless that file exists."""
     ids = [ctx.spawn(k["op"], k["params"]) for k in kids]
+    if quit_unless and not Path(quit_unless).exists():
+        raise ValueError("the waiter quit")
     try:
         return {"children": ids, "results": ctx.wait_for(ids + others)}
     except ChildFailed as exc:

@@ -1,6 +1,7 @@
 """A rerun keeping the steps of a parent that failed on a child: over a real worker and real HTTP, the failed child
-is made again, the completed ones are kept (not run again, the rerun's now, alive as long as it); and which
-records `kept_children` drops, as pure logic."""
+is made again, the completed ones are kept (not run again, the rerun's now, alive as long as it); a retried rerun
+that finds the rerun cancelled cancels a kept child with its own children; and which records `kept_children` drops,
+as pure logic."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks_backend.model.domain import JobRecord, JobState
+from tasks_backend.errors import StoreUnavailable
+from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.service.rerun import kept_children
-from tasks_backend.service.runtime import Runtime
-from tests.conftest import ALICE, wait_until
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tests.conftest import ALICE, JOB_MODULES, make_settings, wait_until
+from tests.support.child_jobs import MODULE as CHILD_JOBS
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:
@@ -78,6 +81,40 @@ def test_a_rerun_keeping_steps_makes_the_failed_child_again_and_keeps_the_others
     assert http.get(f"/v1/jobs/{first[0]}", headers=ALICE).json()["parentId"] == rerun
     listed = http.get("/v1/jobs", params={"parent": again}, headers=ALICE).json()["jobs"]
     assert [k["taskId"] for k in listed] == [second["children"][1]]
+
+
+def test_a_retried_rerun_that_finds_the_rerun_cancelled_cancels_a_kept_child_with_its_children(
+        redis_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = build_runtime(make_settings(redis_base, job_modules=(*JOB_MODULES, CHILD_JOBS)))
+    store, executor = rt.store, rt.executor()  # no worker: the test runs each job itself
+    mend = tmp_path / "mend"
+    original, _ = rt.service.submit("alice", "kidtests.waiter", {"kids": [{"op": "test.parent", "params": {
+        "ledger": str(tmp_path / "ledger"), "children": 1}}], "quit_unless": str(mend)})
+    assert executor.run(original.id) == "failed"  # it quit right after spawning its child
+    kid = json.loads(store.recorded_step(original.id, "spawn:0") or "null")
+    assert executor.run(kid) == "suspended"  # the kept child waits for a child of its own, which no one runs
+    grandchild = json.loads(store.recorded_step(kid, "spawn:0") or "null")
+    mend.touch()
+    adopt = store.adopt
+
+    def dies_before_the_takeover(child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> Any:
+        if taker:  # stands for the request's process killed between making the rerun and taking the child over
+            raise StoreUnavailable()
+        return adopt(child_id, until_ms, taken_from=taken_from, taker=taker)
+
+    monkeypatch.setattr(store, "adopt", dies_before_the_takeover)
+    with pytest.raises(StoreUnavailable):
+        rt.service.rerun("alice", original.id, keep_steps=True, idempotency_key="once")
+    monkeypatch.undo()
+    rerun = (store.idempotency_value("alice", "once") or "").split()[0]
+    assert rt.service.cancel("alice", rerun).state is JobState.CANCELLED  # it had no children yet: none cancelled
+    assert store.get(kid).state is JobState.SUSPENDED  # type: ignore[union-attr]
+
+    # The request made again: the kept child goes to the cancelled rerun and is cancelled with its own child.
+    again, outcome = rt.service.rerun("alice", original.id, keep_steps=True, idempotency_key="once")
+    assert (again.id, outcome) == (rerun, SubmitOutcome.EXISTING)
+    assert store.get(kid).state is JobState.CANCELLED  # type: ignore[union-attr]
+    assert store.get(grandchild).state is JobState.CANCELLED  # type: ignore[union-attr]
 
 
 def _record(job_id: str, state: JobState, error: dict[str, Any] | None = None, parent: str | None = None) -> JobRecord:
