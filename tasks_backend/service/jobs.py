@@ -274,7 +274,10 @@ class JobService(FilteredReads, Reruns, Bulk):
 
     def _after_cancel(self, record: JobRecord) -> None:
         """A job just cancelled: its unfinished children and remote tasks with it, and its parent told."""
-        after_cancel(self.store, Waker(self.store, self.dispatcher, self.settings), record, self._cancelled_leave)
+        after_cancel(self.store, self._waker(), record, self._cancelled_leave)
+
+    def _waker(self) -> Waker:
+        return Waker(self.store, self.dispatcher, self.settings)
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,
                       only: set[str] | None = None) -> JobRecord:

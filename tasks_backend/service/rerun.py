@@ -23,6 +23,7 @@ from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
 from ..running.context import SPAWN_RECORD, WAIT_RECORD, ChildFailed
+from ..running.waking import Waker
 from ..store.jobs import RedisStore
 from .audit import Audit
 from .children import MAX_DEPTH
@@ -108,6 +109,10 @@ class Reruns:
     _submit: Callable[..., tuple[JobRecord, SubmitOutcome]]
     #: JobService's: a child in its parent's index, cancelled if the parent was meanwhile.
     _indexed_child: Callable[[str, JobRecord], JobRecord]
+    #: JobService's: what follows a cancel (the cancelled job's unfinished children cancelled with it...).
+    _after_cancel: Callable[[JobRecord], None]
+    #: JobService's: who wakes a parent whose children are all finished.
+    _waker: Callable[[], Waker]
     audit: Audit
 
     def acting_owner(self, principal: Principal, job_id: str) -> str:
@@ -132,6 +137,10 @@ class Reruns:
         principal, original = self.actionable(who, job_id)
         if original.state not in RERUNNABLE:
             raise JobNotFinished(f"The job is {original.state.value}; only a failed or cancelled job can be rerun.")
+        if keep_steps and original.state is JobState.CANCELLED:
+            # Its cancel's request may still be on its way to the children (or have died on it): their cancel is
+            # finished first, so none still going is kept, only for that cascade to cancel it under the rerun.
+            self._after_cancel(original)
         steps = self.store.recorded_steps(job_id) if keep_steps else {}
         # A question's deadline is the original's: the rerun asks afresh, with a deadline of its own.
         steps = {name: value for name, value in steps.items() if not name.startswith(DEADLINE_STEP)}
@@ -149,9 +158,14 @@ class Reruns:
         # Then the rerun's (also for a retried request: a first one may have ended before this), in its index (a
         # cancel of it reaches them, as one made meanwhile already did); not one another rerun took over first.
         by_id = {c.id: c for c in children.values()}
-        for child_id in kept:
-            if self.store.adopt(child_id, record.expires_ms, taken_from=original.id, taker=record.id):
-                self._indexed_child(record.id, by_id[child_id])
+        taken = [child_id for child_id in kept
+                 if self.store.adopt(child_id, record.expires_ms, taken_from=original.id, taker=record.id)]
+        for child_id in taken:
+            self._indexed_child(record.id, by_id[child_id])
+        if taken:
+            # The rerun runs already, and may wait for a child that ended before it was the rerun's: that end told
+            # the original.
+            self._waker().check_parent(record.id)
         if outcome is SubmitOutcome.CREATED:
             self.audit.record(principal, "job.rerun", job_id=original.id, target=record.id, owner=original.owner,
                               detail="keepSteps" if keep_steps else None)

@@ -17,6 +17,7 @@ from tasks_backend.errors import StoreUnavailable
 from tasks_backend.model.domain import JobRecord, JobState, SubmitOutcome
 from tasks_backend.service.rerun import kept_children
 from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.outcomes import Cancelled
 from tests.conftest import ALICE, JOB_MODULES, make_settings, wait_until
 from tests.support.child_jobs import MODULE as CHILD_JOBS
 
@@ -83,17 +84,69 @@ def test_a_rerun_keeping_steps_makes_the_failed_child_again_and_keeps_the_others
     assert [k["taskId"] for k in listed] == [second["children"][1]]
 
 
+@pytest.fixture
+def rt(redis_base: str) -> Runtime:
+    """A runtime of its own whose queue no worker reads: the tests below run each job themselves, in the order the
+    case needs."""
+    return build_runtime(make_settings(redis_base, job_modules=(*JOB_MODULES, CHILD_JOBS)))
+
+
+def _spawned(rt: Runtime, parent_id: str) -> str:
+    return str(json.loads(rt.store.recorded_step(parent_id, "spawn:0") or "null"))
+
+
+def test_a_rerun_of_a_parent_whose_cancel_has_not_reached_its_children_yet_makes_them_again(
+        rt: Runtime, tmp_path: Path) -> None:
+    store, executor = rt.store, rt.executor()
+    original, _ = rt.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1})
+    assert executor.run(original.id) == "suspended"  # it waits for its child, which no one runs yet
+    kid = _spawned(rt, original.id)
+    # The cancel's first step alone: its request is still on its way to the children (or died on it).
+    assert store.request_cancel(original.id, "alice") is Cancelled.CANCELLED
+    rerun, _ = rt.service.rerun("alice", original.id, keep_steps=True)
+    # The cascade is finished first: the child is not kept, only for that cancel to reach it under the rerun.
+    assert store.get(kid).state is JobState.CANCELLED  # type: ignore[union-attr]
+    assert executor.run(rerun.id) == "suspended"
+    again = _spawned(rt, rerun.id)
+    assert again != kid and executor.run(again) == "completed"
+    assert executor.run(rerun.id) == "completed"
+
+
+def test_a_rerun_that_waits_for_a_kept_child_that_ended_before_the_takeover_is_woken(
+        rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, executor = rt.store, rt.executor()
+    mend = tmp_path / "mend"
+    original, _ = rt.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1,
+                                                             "quit": True, "mend": str(mend)})
+    assert executor.run(original.id) == "failed"  # it quit right after its spawn; the child was not run yet
+    kid = _spawned(rt, original.id)
+    mend.touch()
+    adopt = store.adopt
+
+    def others_run_first(child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> Any:
+        if taker:  # other workers, between the rerun's submit and its takeover: the rerun parks, the child ends
+            assert executor.run(taker) == "suspended"
+            assert executor.run(child_id) == "completed"  # and tells its parent then: still the original
+        return adopt(child_id, until_ms, taken_from=taken_from, taker=taker)
+
+    monkeypatch.setattr(store, "adopt", others_run_first)
+    rerun, _ = rt.service.rerun("alice", original.id, keep_steps=True)
+    monkeypatch.undo()
+    assert store.get(rerun.id).state is JobState.QUEUED  # type: ignore[union-attr]  # woken once the child was its
+    assert executor.run(rerun.id) == "completed"
+    assert store.get(rerun.id).result == {"children": [kid], "results": [{"child": 0}]}  # type: ignore[union-attr]
+
+
 def test_a_retried_rerun_that_finds_the_rerun_cancelled_cancels_a_kept_child_with_its_children(
-        redis_base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rt = build_runtime(make_settings(redis_base, job_modules=(*JOB_MODULES, CHILD_JOBS)))
-    store, executor = rt.store, rt.executor()  # no worker: the test runs each job itself
+        rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, executor = rt.store, rt.executor()
     mend = tmp_path / "mend"
     original, _ = rt.service.submit("alice", "kidtests.waiter", {"kids": [{"op": "test.parent", "params": {
         "ledger": str(tmp_path / "ledger"), "children": 1}}], "quit_unless": str(mend)})
     assert executor.run(original.id) == "failed"  # it quit right after spawning its child
-    kid = json.loads(store.recorded_step(original.id, "spawn:0") or "null")
+    kid = _spawned(rt, original.id)
     assert executor.run(kid) == "suspended"  # the kept child waits for a child of its own, which no one runs
-    grandchild = json.loads(store.recorded_step(kid, "spawn:0") or "null")
+    grandchild = _spawned(rt, kid)
     mend.touch()
     adopt = store.adopt
 
