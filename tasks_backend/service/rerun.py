@@ -90,8 +90,12 @@ def kept_children(original: JobRecord, steps: dict[str, str], children: Mapping[
         # Its children still going were cancelled with it (the cascade), and no wait of it saw one end so.
         drop = {name for name, c in children.items() if c.state in REMADE}
     kept = {name: value for name, value in steps.items() if name not in drop}
-    order = sorted((name for name in children if name not in drop), key=lambda n: int(n.split(":")[1]))
-    return kept, [children[name].id for name in order]
+    return kept, in_spawn_order(children, lambda name: name not in drop)
+
+
+def in_spawn_order(children: Mapping[str, JobRecord], wanted: Callable[[str], bool]) -> list[str]:
+    """The ids of the `wanted` children (by the name of the spawn step that made each), in the order spawned."""
+    return [children[name].id for name in sorted(filter(wanted, children), key=lambda n: int(n.split(":")[1]))]
 
 
 @dataclass(frozen=True)
@@ -155,21 +159,32 @@ class Reruns:
             original.owner, original.operation, json.loads(original.params_json), idempotency_key,
             original.ttl_ms / 1000, Timing(priority=original.priority), None,
             RerunOf(original.id, keep_steps, steps))
-        # Then the rerun's (also for a retried request: a first one may have ended before this), in its index (a
-        # cancel of it reaches them, as one made meanwhile already did); not one another rerun took over first.
-        by_id = {c.id: c for c in children.values()}
-        taken = [child_id for child_id in kept
-                 if self.store.adopt(child_id, record.expires_ms, taken_from=original.id, taker=record.id)]
-        for child_id in taken:
-            self._indexed_child(record.id, by_id[child_id])
-        if taken:
-            # The rerun runs already, and may wait for a child that ended before it was the rerun's: that end told
-            # the original.
-            self._waker().check_parent(record.id)
+        if children:
+            self._take_over(original, record, children, kept if outcome is SubmitOutcome.CREATED else None)
         if outcome is SubmitOutcome.CREATED:
             self.audit.record(principal, "job.rerun", job_id=original.id, target=record.id, owner=original.owner,
                               detail="keepSteps" if keep_steps else None)
         return record, outcome
+
+    def _take_over(self, original: JobRecord, rerun: JobRecord, children: Mapping[str, JobRecord],
+                   kept: list[str] | None) -> None:
+        """The `kept` children become the rerun's, in its index (a cancel of it reaches them, as one made meanwhile
+        already did), not one another rerun took over first; also for a retried request (`kept` None), whose first
+        may have ended before this. That one's rerun replays the spawns its first request copied, which this
+        reading of the children may no longer keep (one ended since): those are the ones to take over."""
+        if kept is None:
+            copied = set(spawns(self.store.recorded_steps(rerun.id)).values())
+            kept = in_spawn_order(children, lambda name: children[name].id in copied)
+            self._keep_alive(kept, children, rerun.expires_ms)
+        by_id = {c.id: c for c in children.values()}
+        taken = [child_id for child_id in kept
+                 if self.store.adopt(child_id, rerun.expires_ms, taken_from=original.id, taker=rerun.id)]
+        for child_id in taken:
+            self._indexed_child(rerun.id, by_id[child_id])
+        if taken:
+            # The rerun runs already, and may wait for a child that ended before it was the rerun's: that end told
+            # the original.
+            self._waker().check_parent(rerun.id)
 
     def _keep_alive(self, kept: list[str], children: Mapping[str, JobRecord], until_ms: int) -> None:
         """The kept children alive until `until_ms`, and the descendants of those still going (their own waits

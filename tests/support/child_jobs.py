@@ -30,16 +30,22 @@ class WaiterParams(Schema):
     kids = fields.List(fields.Dict(), required=True)  # [{"op": ..., "params": {...}}]
     others = fields.List(fields.String(), load_default=list)
     quit_unless = fields.String(load_default=None, allow_none=True)
+    wait_first = fields.Integer(load_default=None, allow_none=True)
+    raise_failed = fields.Boolean(load_default=False)
 
 
 @job("kidtests.waiter", params=WaiterParams, ttl=600, poll_interval=0.1)
-def waiter(ctx: JobContext, kids: list[dict[str, Any]], others: list[str], quit_unless: str | None) -> dict[str, Any]:
-    """Spawns `kids`, then waits for them and for `others`; returns the results, or what `ChildFailed` says. With
-    `quit_unless`, it fails right after the spawns unless that file exists."""
+def waiter(ctx: JobContext, kids: list[dict[str, Any]], others: list[str], quit_unless: str | None,
+           wait_first: int | None, raise_failed: bool) -> dict[str, Any]:
+    """Spawns `kids`, then waits for them (only the first `wait_first`, if given) and for `others`; returns the
+    results, or what `ChildFailed` says (with `raise_failed`, it fails with it). With `quit_unless`, it fails right
+    after the spawns unless that file exists."""
     ids = [ctx.spawn(k["op"], k["params"]) for k in kids]
     if quit_unless and not Path(quit_unless).exists():
         raise ValueError("the waiter quit")
     try:
-        return {"children": ids, "results": ctx.wait_for(ids + others)}
+        return {"children": ids, "results": ctx.wait_for(ids[:wait_first] + others)}
     except ChildFailed as exc:
+        if raise_failed:
+            raise
         return {"children": ids, "failed": exc.child_id, "state": exc.state}

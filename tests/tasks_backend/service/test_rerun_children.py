@@ -137,6 +137,43 @@ def test_a_rerun_that_waits_for_a_kept_child_that_ended_before_the_takeover_is_w
     assert store.get(rerun.id).result == {"children": [kid], "results": [{"child": 0}]}  # type: ignore[union-attr]
 
 
+def _dies_before_the_takeover(store: Any) -> Any:
+    adopt = store.adopt
+
+    def adopt_or_die(child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> Any:
+        if taker:  # stands for the request's process killed between making the rerun and taking the child over
+            raise StoreUnavailable()
+        return adopt(child_id, until_ms, taken_from=taken_from, taker=taker)
+
+    return adopt_or_die
+
+
+def test_a_retried_rerun_takes_over_the_children_its_first_request_kept_though_one_ended_since(
+        rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, executor = rt.store, rt.executor()
+    ledger = str(tmp_path / "ledger")
+    original, _ = rt.service.submit("alice", "kidtests.waiter", {"kids": [
+        {"op": "test.child", "params": {"ledger": ledger, "index": 0, "fail": True}},
+        {"op": "test.child", "params": {"ledger": ledger, "index": 1, "fail": True}}],
+        "wait_first": 1, "raise_failed": True})
+    assert executor.run(original.id) == "suspended"  # it waits for its first child only
+    first = _spawned(rt, original.id)
+    second = str(json.loads(store.recorded_step(original.id, "spawn:1") or "null"))
+    assert executor.run(first) == "failed"
+    assert executor.run(original.id) == "failed"  # on that child, while the second has not run yet
+    monkeypatch.setattr(store, "adopt", _dies_before_the_takeover(store))
+    with pytest.raises(StoreUnavailable):
+        rt.service.rerun("alice", original.id, keep_steps=True, idempotency_key="once")
+    monkeypatch.undo()
+    assert executor.run(second) == "failed"  # it ends (failed) between the request and its retry
+
+    # The retry finds the rerun made, whose steps replay the second child's spawn: that child becomes its.
+    rerun, outcome = rt.service.rerun("alice", original.id, keep_steps=True, idempotency_key="once")
+    assert outcome is SubmitOutcome.EXISTING
+    assert store.get(second).parent_id == rerun.id  # type: ignore[union-attr]
+    assert store.child_ids(rerun.id) == [second]
+
+
 def test_a_retried_rerun_that_finds_the_rerun_cancelled_cancels_a_kept_child_with_its_children(
         rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, executor = rt.store, rt.executor()
@@ -148,14 +185,7 @@ def test_a_retried_rerun_that_finds_the_rerun_cancelled_cancels_a_kept_child_wit
     assert executor.run(kid) == "suspended"  # the kept child waits for a child of its own, which no one runs
     grandchild = _spawned(rt, kid)
     mend.touch()
-    adopt = store.adopt
-
-    def dies_before_the_takeover(child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> Any:
-        if taker:  # stands for the request's process killed between making the rerun and taking the child over
-            raise StoreUnavailable()
-        return adopt(child_id, until_ms, taken_from=taken_from, taker=taker)
-
-    monkeypatch.setattr(store, "adopt", dies_before_the_takeover)
+    monkeypatch.setattr(store, "adopt", _dies_before_the_takeover(store))
     with pytest.raises(StoreUnavailable):
         rt.service.rerun("alice", original.id, keep_steps=True, idempotency_key="once")
     monkeypatch.undo()
