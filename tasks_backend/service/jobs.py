@@ -118,10 +118,15 @@ class JobService(FilteredReads, Reruns, Bulk):
         return record, outcome
 
     def _indexed_child(self, parent_id: str, child: JobRecord) -> JobRecord:
-        """The child in its parent's index; cancelled when the parent was cancelled (or is gone) meanwhile: that
-        cancel may have read the index before the child was in it, and a worker may be running the child already."""
-        parent_state = self.store.index_child(parent_id, child.id)
-        if parent_state is not None and parent_state is not JobState.CANCELLED:
+        """The child in its parent's index, living as long as the parent; cancelled when the parent was cancelled (or
+        is gone) meanwhile: that cancel may have read the index before the child was in it, and a worker may be
+        running the child already."""
+        parent = self.store.index_child(parent_id, child.id)
+        if parent is not None and parent[0] is not JobState.CANCELLED:
+            if parent[1] > child.expires_ms + 1000:
+                # The parent was given longer to live after its spawn read its time left (a rerun took it over), by
+                # a lengthening that read its index before this child was in it.
+                self.store.adopt(child.id, parent[1])
             return child
         cancelled = self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED
         if cancelled:

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..access.auth import Principal
@@ -179,8 +179,9 @@ class Reruns:
         by_id = {c.id: c for c in children.values()}
         taken = [child_id for child_id in kept
                  if self.store.adopt(child_id, rerun.expires_ms, taken_from=original.id, taker=rerun.id)]
-        for child_id in taken:
-            self._indexed_child(rerun.id, by_id[child_id])
+        for child_id in taken:  # lengthened to the rerun's end by the takeover
+            child = by_id[child_id]
+            self._indexed_child(rerun.id, replace(child, ttl_ms=rerun.expires_ms - child.created_ms))
         if taken:
             # The rerun runs already, and may wait for a child that ended before it was the rerun's: that end told
             # the original.

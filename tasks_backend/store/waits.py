@@ -115,11 +115,11 @@ class Waits(StorePart):
             args = [x for job_id, seen, at in entries for x in (job_id, seen, "" if at is None else at)]
             self.scripts.call("reschedule", [self.keys.wake()], *args)
 
-    def index_child(self, parent_id: str, child_id: str) -> JobState | None:
+    def index_child(self, parent_id: str, child_id: str) -> tuple[JobState, int] | None:
         """Add a child to its parent's index (kept as long as the parent); the parent's state as the child was
-        added, None if the parent is gone."""
-        state = self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)], child_id)
-        return JobState(state) if state else None
+        added and when the parent ends (Redis ms), None if the parent is gone."""
+        reply = self.scripts.call("child_index", [self.keys.job(parent_id), self.keys.children(parent_id)], child_id)
+        return (JobState(reply[0]), int(reply[1])) if reply else None
 
     def adopt(self, child_id: str, until_ms: int, *, taken_from: str = "", taker: str = "") -> bool | None:
         """Keep the child (every key that ends with it) until at least `until_ms` (Redis ms), within the longest

@@ -170,3 +170,25 @@ def test_a_child_a_rerun_took_over_while_it_ran_wakes_the_rerun_when_it_ends(rt:
     assert store.get(rerun.id).state is JobState.QUEUED  # type: ignore[union-attr]
     assert executor.run(rerun.id) == "completed"
     assert store.get(rerun.id).result == {"children": [kid], "results": [{"child": 0}]}  # type: ignore[union-attr]
+
+
+def test_a_child_spawned_while_its_parent_is_given_longer_to_live_lives_as_long(
+        rt: Runtime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, executor = rt.store, rt.executor()
+    hold = tmp_path / "hold"
+    parent, _ = rt.service.submit("alice", "test.parent", {"ledger": str(tmp_path / "ledger"), "children": 1,
+                                                           "hold": str(hold)})
+    time_left, until = store.time_left_ms, store.now_ms() + 3_000_000
+
+    def lengthened_right_after(job_id: str) -> int | None:
+        left = time_left(job_id)
+        # A rerun taking the job over lengthens it now (`_keep_alive` reads its children before this one exists).
+        store.adopt(job_id, until)
+        return left
+
+    monkeypatch.setattr(store, "time_left_ms", lengthened_right_after)
+    hold.touch()
+    assert executor.run(parent.id) == "suspended"
+    kid = store.get(spawned(rt, parent.id))
+    assert kid is not None and kid.expires_ms >= until - 5_000, (kid.expires_ms, until)
+    assert store.redis.pttl(store.keys.job(kid.id)) >= until - store.now_ms() - 5_000

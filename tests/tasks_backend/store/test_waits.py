@@ -54,7 +54,8 @@ def test_a_sleeper_is_not_woken_before_its_time(runtime: Runtime) -> None:
 def test_a_child_is_indexed_once_for_as_long_as_its_parent_lives(runtime: Runtime) -> None:
     store = runtime.store
     parent, _ = idle_runtime(runtime).service.submit(ALICE, "test.noop", {})
-    assert store.index_child(parent.id, "child-1") and store.index_child(parent.id, "child-1")
+    told = store.index_child(parent.id, "child-1")
+    assert told == (JobState.QUEUED, parent.expires_ms) == store.index_child(parent.id, "child-1")
     assert store.child_ids(parent.id) == ["child-1"]
     ttl = store.redis.pttl(store.keys.children(parent.id))
     assert abs(store.redis.pttl(store.keys.job(parent.id)) - ttl) < 100  # the expiry of the parent itself
