@@ -10,6 +10,7 @@ Each rerun that makes a new job is recorded in the audit trail (`service.audit`)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..access.auth import Principal
-from ..errors import JobNotFinished, JobNotFound
+from ..errors import JobNotFinished, JobNotFound, StoreUnavailable
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.questions import DEADLINE_STEP
 from ..model.timing import Timing
@@ -184,8 +185,9 @@ class Reruns:
             self._indexed_child(rerun.id, replace(child, ttl_ms=rerun.expires_ms - child.created_ms))
         if taken:
             # The rerun runs already, and may wait for a child that ended before it was the rerun's: that end told
-            # the original.
-            self._waker().check_parent(rerun.id)
+            # the original. Should this check fail, the wake schedule looks within seconds.
+            with contextlib.suppress(StoreUnavailable):
+                self._waker().check_parent(rerun.id)
 
     def _keep_alive(self, kept: list[str], children: Mapping[str, JobRecord], until_ms: int) -> None:
         """The kept children alive until `until_ms`, and the descendants of those still going (their own waits
