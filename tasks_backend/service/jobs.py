@@ -37,7 +37,6 @@ from ..running.admission import DispatchGate
 from ..running.builtin import BUILTINS
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
-from ..running.waking import Waker
 from ..serving.drain import Drain, Interrupted
 from ..serving.tracing import JOB_ID, OPERATION, Tracing, job_attributes
 from ..store import fields as job_fields
@@ -48,7 +47,7 @@ from ..store.outcomes import Answered, Cancelled
 from .answers import check_answer, normalize_answer
 from .audit import Audit
 from .bulk import Bulk
-from .children import after_cancel
+from .children import ChildJobs
 from .cursors import valid_id
 from .filters_reads import FilteredReads
 from .questions import JobView, Questions
@@ -74,7 +73,7 @@ def request_digest(request: list[Any]) -> str:
     return hashlib.sha256(canonical_json(request).encode()).hexdigest()[:32]
 
 
-class JobService(FilteredReads, Reruns, Bulk):
+class JobService(FilteredReads, Reruns, Bulk, ChildJobs):
     def __init__(self, store: RedisStore, registry: Operations, dispatcher: Dispatcher, settings: Settings,
                  drain: Drain | None = None, *, limits: Limits | None = None) -> None:
         self.store = store
@@ -116,25 +115,6 @@ class JobService(FilteredReads, Reruns, Bulk):
         if parent_id is not None:
             record = self._indexed_child(parent_id, record)
         return record, outcome
-
-    def _indexed_child(self, parent_id: str, child: JobRecord) -> JobRecord:
-        """The child in its parent's index, living as long as the parent; cancelled when the parent was cancelled (or
-        is gone) meanwhile: that cancel may have read the index before the child was in it, and a worker may be
-        running the child already."""
-        parent = self.store.index_child(parent_id, child.id)
-        if parent is not None and parent[0] is not JobState.CANCELLED:
-            if parent[1] > child.expires_ms + 1000:
-                # The parent was given longer to live after its spawn read its time left (a rerun took it over), by
-                # a lengthening that read its index before this child was in it.
-                self.store.adopt(child.id, parent[1])
-            return child
-        cancelled = self.store.request_cancel(child.id, child.owner) is Cancelled.CANCELLED
-        if cancelled:
-            self._cancelled_leave([child.id])
-        record = self.store.get(child.id) or child
-        if cancelled:  # what follows any cancel: a child a rerun kept (`service.rerun`) may have children of its own
-            self._after_cancel(record)
-        return record
 
     def _cancelled_leave(self, job_ids: list[str]) -> None:
         """Cancelled jobs out of the dispatch gate: a held or delayed one waits for nothing now; one sent to a worker
@@ -276,13 +256,6 @@ class JobService(FilteredReads, Reruns, Bulk):
         self.audit.record(principal, "job.cancel", job_id=job_id, owner=record.owner)
         self._after_cancel(record)
         return record
-
-    def _after_cancel(self, record: JobRecord) -> None:
-        """A job just cancelled: its unfinished children and remote tasks with it, and its parent told."""
-        after_cancel(self.store, self._waker(), record, self._cancelled_leave)
-
-    def _waker(self) -> Waker:
-        return Waker(self.store, self.dispatcher, self.settings)
 
     def provide_input(self, who: Principal | str, job_id: str, responses: Any, *,
                       only: set[str] | None = None) -> JobRecord:
