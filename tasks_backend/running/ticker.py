@@ -74,8 +74,14 @@ class Ticker:
             elif schedule.pending:
                 work.append((schedule, schedule.pending))  # a pass died before making these: finish them
             else:
-                ticks, next_ms = plan(schedule.spec, schedule.next_ms, now, schedule.anchor_ms,
-                                      paused=schedule.paused, held=taken[owner, name])
+                try:
+                    ticks, next_ms = plan(schedule.spec, schedule.next_ms, now, schedule.anchor_ms,
+                                          paused=schedule.paused, held=taken[owner, name])
+                except Exception as exc:  # say a time zone this host lacks: left taken, the lease lapses, and a pass
+                    # (on a host that has it, or once this one does) tries again; the other schedules go on
+                    log.error("schedule %r of %r: its ticks cannot be worked out here (%s)", name, owner, exc)
+                    done.failed.append(name)
+                    continue
                 claims.append((schedule, ticks, next_ms))
         for (schedule, ticks, next_ms), ok in zip(claims, self.store.claim_many(claims), strict=True):
             if ok and ticks:

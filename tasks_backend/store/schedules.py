@@ -135,10 +135,10 @@ class ScheduleStore:
         return outcome, int(at)
 
     def _look_now(self, owner: str, name: str) -> None:
-        """The entry a Cluster's definition added first, for a schedule that was not written, is left for the next
-        look (which drops it, or moves it on to the run of a schedule of that name another request wrote meanwhile)
-        rather than removed: removing it could take that other schedule's entry. Best effort: a failure leaves it
-        at its time."""
+        """An entry on a Cluster that may be no schedule's now (a definition added it first and was not written, or
+        the schedule was deleted) is left for the next look (which drops it, or moves it on to the run of a schedule
+        of that name another request wrote meanwhile) rather than removed: removing it could take that other
+        schedule's entry. Best effort: a failure leaves it at its time."""
         with contextlib.suppress(Exception), redis_errors():
             self.redis.zadd(self.keys.schedules_due(), {member(owner, name): 0}, xx=True)
 
@@ -211,16 +211,14 @@ class ScheduleStore:
         return True
 
     def delete(self, owner: str, name: str) -> bool:
+        due_keys, due_member = self._due_in_script(owner, name)
         existed = self.scripts.call("schedules.delete", [self.keys.schedule(owner, name), self.keys.schedules(owner),
                                                          self.keys.schedule_jobs(owner, name),
                                                          self.keys.schedule_deleted(owner, name),
-                                                         self.keys.schedules_declared(owner)],
-                                    name, self.ttl_ms, new_request_id(), DELETED_MS)
-        with redis_errors():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.zrem(self.keys.schedules_due(), member(owner, name))
-            pipe.hdel(self.keys.schedules_taken(), member(owner, name))
-            pipe.execute()
+                                                         self.keys.schedules_declared(owner), *due_keys],
+                                    name, self.ttl_ms, new_request_id(), DELETED_MS, due_member)
+        if existed and not due_keys:
+            self._look_now(owner, name)
         return bool(existed)
 
     def jobs_page(self, owner: str, name: str, before: tuple[float, str] | None,

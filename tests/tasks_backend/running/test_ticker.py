@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tasks_backend.model.schedules import Schedule
 from tasks_backend.running.ticker import Pass, Ticker
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.service.schedules import ScheduleService
+from tasks_backend.store.schedules import member
 from tests.conftest import make_settings, show_logs_on_failure, wait_until
 from tests.support.procs import Proc, settings_env, sweeper_process, tails, worker_process
 
@@ -225,3 +227,19 @@ def test_a_process_killed_as_its_schedule_is_written_leaves_the_schedule_ticking
     ticker = service.ticker()
     wait_until(lambda: ticker.tick_once() and ticks_made(service, "alice", "kept"), timeout=5, interval=0.1,
                message="the first tick's job")
+
+
+def test_a_schedule_this_host_cannot_work_out_leaves_the_others_to_tick(own: Runtime) -> None:
+    """One schedule's ticks cannot be worked out here (say its time zone is missing from this host's tz database):
+    the schedules taken with it in the same pass still get their jobs, and it is left for a later pass."""
+    service, store = own.schedules(), own.store
+    service.define("alice", {"name": "faraway", "operation": "test.noop", "cron": "* * * * *"})
+    good, _ = service.define("alice", {"name": "good", "operation": "test.noop", "everySeconds": 1})
+    key = store.keys.schedule("alice", "faraway")
+    body = json.loads(store.redis.hget(key, "body"))
+    store.redis.hset(key, "body", json.dumps({**body, "timezone": "Nowhere/Atlantis"}))
+    store.redis.zadd(store.keys.schedules_due(), {member("alice", "faraway"): 0})  # due with the other
+    wait_until(lambda: store.now_ms() > good.next_ms, 5, message="the good schedule's first tick")
+    done = service.ticker().tick_once()
+    assert done.failed == ["faraway"] and done.jobs == 1
+    assert ticks_made(service, "alice", "good") == [good.next_ms]

@@ -134,3 +134,52 @@ def test_a_definition_whose_write_failed_leaves_no_entry_the_ticker_keeps(due_pa
     assert due_of(runtime, "alice", "lost") in (None, 0.0)  # none at all when the one script failed whole
     service.ticker().tick_once()
     assert due_of(runtime, "alice", "lost") is None and service.store.get_many([("alice", "lost")]) == [None]
+
+
+def test_a_delete_racing_a_definition_of_the_same_name_leaves_that_schedule_its_due_entry(
+        due_path: Callable[..., Runtime]) -> None:
+    """Another request defines the name again right after the delete removed the schedule: the new schedule keeps
+    its due entry (removed in the delete's own call, or on a Cluster left to the ticker's look, which moves it on to
+    the new schedule's run)."""
+    runtime = due_path()
+    service, other = runtime.schedules(), runtime.schedules()
+    service.define("alice", {"name": "nightly", "operation": "test.noop", "everySeconds": 60})
+    scripts, call = service.store.scripts, service.store.scripts.call
+
+    def then_defined_again(name: str, *args: Any, **kwargs: Any) -> Any:
+        answer = call(name, *args, **kwargs)
+        if name == "schedules.delete":
+            other.define("alice", {"name": "nightly", "operation": "test.noop", "everySeconds": 90})
+        return answer
+
+    scripts.call = then_defined_again  # type: ignore[method-assign]
+    service.delete("alice", "nightly")
+    scripts.call = call  # type: ignore[method-assign]
+    made = other.get("alice", "nightly")
+    assert made is not None
+    service.ticker().tick_once()
+    assert due_of(runtime, "alice", "nightly") == made.next_ms
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_the_owners_list_outlives_a_schedule_whose_next_run_is_far_off(redis_base: str, declared: bool) -> None:
+    """A schedule lives until its next run and the retention after it: a yearly one for more than a year. The
+    owner's list of schedules (and of those declared in code) lives as long, not just the retention from now."""
+    runtime = build_runtime(make_settings(redis_base))
+    service, store, keys = runtime.schedules(), runtime.store, runtime.store.keys
+    service.define("alice", {"name": "often", "operation": "test.noop", "everySeconds": 60})
+    yearly = {"name": "yearly", "operation": "test.noop", "cron": "0 0 1 1 *"}
+    if declared:
+        service.declare([schedule("yearly", "test.noop", cron="0 0 1 1 *", owner="alice")])
+    else:
+        service.define("alice", yearly)
+    service.define("alice", {"name": "often2", "operation": "test.noop", "everySeconds": 60})  # shortens nothing
+    lives = store.redis.pttl(keys.schedule("alice", "yearly"))
+    lists = [keys.schedules("alice"), *([keys.schedules_declared("alice")] if declared else [])]
+    assert lives > runtime.settings.max_ttl_s * 1000 + 86_400_000  # its next run is more than a day off
+    for key in lists:
+        assert store.redis.pttl(key) >= lives - 1000, key
+    if declared:  # declared again at a start: 'same', and the list still outlives it
+        service.declare([schedule("yearly", "test.noop", cron="0 0 1 1 *", owner="alice")])
+        assert store.redis.pttl(keys.schedules_declared("alice")) >= lives - 1000
+    assert sorted(s.name for s in service.list("alice")) == ["often", "often2", "yearly"]

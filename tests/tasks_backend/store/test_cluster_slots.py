@@ -46,8 +46,8 @@ KEYLESS = {"TIME"}
 #: when the broker is the same Redis: a cluster cannot be one); a run's end with the gate's leave (both ways), likewise.
 ONE_SERVER_ONLY = {"submit", "gate.finish", "gate.finish_bypassed", "claim_fetched"}
 #: Scripts that on a single Redis also write the schedules' due set (in a slot of its own), so that a schedule and
-#: its due entry are written together; a cluster sends them the schedule's own keys alone.
-ONE_SLOT_ON_A_CLUSTER = {"schedules.put", "schedules.state"}
+#: its due entry are written (or deleted) together; a cluster sends them the schedule's own keys alone.
+ONE_SLOT_ON_A_CLUSTER = {"schedules.put", "schedules.state", "schedules.delete"}
 #: Scripts only a worker's broker transport runs (tests/workers/test_broker.py), with kombu's keys beside the job's.
 TRANSPORT_ONLY = {"claim_fetched"}
 #: Scripts a single Redis does not need: the parts of a submit that a cluster runs one slot at a time, and a

@@ -16,3 +16,11 @@ local function due_at(kd, kt, member, at, only_new, ttl)
   redis.call('PEXPIRE', KEYS[kd], ttl)
   return added
 end
+
+-- KEYS[k] kept until at least `at` (Redis ms, a number): its expiry moved later, never earlier, and a key that is not
+-- there left so. An owner's list of schedules outlives each schedule in it, however far off its next run.
+local function outlive(k, at)
+  local left = redis.call('PTTL', KEYS[k])
+  if left == -2 then return end
+  if left == -1 or clock() + left < at then redis.call('PEXPIREAT', KEYS[k], ms(at)) end
+end

@@ -5,6 +5,7 @@
 -- Moves the schedule on, if it is still as the ticker read it (same generation, next run and pause, nothing
 -- pending): the ticks become `pending` until their jobs are made (see finish.lua). Returns 'ok' or 'changed';
 -- applied twice, the second answers as the first (the request id is kept in `rq`) and changes nothing.
+-- Uses: due
 
 local s = redis.call('HMGET', KEYS[1], 'gen', 'next', 'paused', 'pending', 'rq')
 local again = replayed(s[5], ARGV[7])
@@ -14,7 +15,8 @@ if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or (s[3] or '0') ~= ARGV[3] or (s[4] and s
 end
 redis.call('HSET', KEYS[1], 'next', ARGV[4], 'pending', ARGV[5], 'updated', ms(clock()),
   'rq', ARGV[7] .. ' ok')
-redis.call('PEXPIREAT', KEYS[1], tonumber(ARGV[4]) + tonumber(ARGV[6]))
-redis.call('PEXPIRE', KEYS[2], ARGV[6])
-redis.call('PEXPIRE', KEYS[3], ARGV[6])  -- none when the owner declared nothing: then it does nothing
+local ends = tonumber(ARGV[4]) + tonumber(ARGV[6])
+redis.call('PEXPIREAT', KEYS[1], ends)
+outlive(2, ends)
+outlive(3, ends)  -- none when the owner declared nothing: then it does nothing
 return 'ok'

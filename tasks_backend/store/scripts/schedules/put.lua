@@ -24,7 +24,7 @@ end
 -- start (answered 'same'), one declared before the set existed included, is never counted.
 local function mark_declared()
   redis.call('SADD', KEYS[3], ARGV[1])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  outlive(3, clock() + tonumber(ARGV[4]))
 end
 
 local held = redis.call('HMGET', KEYS[1], 'body', 'next', 'rq')
@@ -34,6 +34,7 @@ if held[1] then
   if again then return {again, held[2]} end
   if held[1] == ARGV[2] then
     if ARGV[8] ~= '' then due_at(4, 5, ARGV[8], held[2], true, ARGV[4]) end
+    if ARGV[7] == '1' then outlive(3, tonumber(held[2]) + tonumber(ARGV[4])) end
     return {'same', held[2]}
   end
   if ARGV[3] ~= '1' then return {'conflict', held[2]} end
@@ -46,9 +47,10 @@ local outcome = held[1] and 'replaced' or 'created'
 redis.call('HSET', KEYS[1], 'body', ARGV[2], 'created', now, 'updated', now, 'rq', ARGV[6] .. ' ' .. outcome,
   unpack(ARGV, 9))
 local next_ms = redis.call('HGET', KEYS[1], 'next')
-redis.call('PEXPIREAT', KEYS[1], tonumber(next_ms) + tonumber(ARGV[4]))
+local ends = tonumber(next_ms) + tonumber(ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], ends)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-if ARGV[7] ~= '1' then redis.call('SREM', KEYS[3], ARGV[1]) end
+outlive(2, ends)
+if ARGV[7] == '1' then outlive(3, ends) else redis.call('SREM', KEYS[3], ARGV[1]) end
 if ARGV[8] ~= '' then due_at(4, 5, ARGV[8], next_ms, false, ARGV[4]) end
 return {outcome, next_ms}
