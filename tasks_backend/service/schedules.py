@@ -17,6 +17,7 @@ from typing import Any
 from ..access.auth import Principal
 from ..errors import (
     BadRequest,
+    IdempotencyConflict,
     InvalidParams,
     ScheduleConflict,
     ScheduleLimitReached,
@@ -163,9 +164,19 @@ class ScheduleService:
         """The one place where a tick becomes a job: the same tick always gives the same job (its
         idempotency key is the schedule's generation and the tick, under the owner)."""
         spec = schedule.spec
-        record, _ = self.jobs.submit(schedule.owner, spec.operation, spec.params,
-                                     idempotency_key=f"schedule:{spec.name}:{schedule.generation}:{tick_ms}",
-                                     priority=spec.priority)
+        key = f"schedule:{spec.name}:{schedule.generation}:{tick_ms}"
+        try:
+            record, _ = self.jobs.submit(schedule.owner, spec.operation, spec.params, idempotency_key=key,
+                                         priority=spec.priority)
+        except IdempotencyConflict:
+            # The key is this tick's alone: the job under it is the tick's, made by an earlier pass whose request
+            # reads otherwise now (a release since that stores params differently, say). Left pending, the tick
+            # would hold the schedule until that job expired, and then get a second one.
+            held = self.jobs.store.idempotency_value(schedule.owner, key)
+            made = self.jobs.store.get(held.partition(" ")[0]) if held else None
+            if made is None or made.owner != schedule.owner:
+                raise
+            return made.id
         return record.id
 
     def ticker(self, **options: Any) -> Ticker:

@@ -183,3 +183,16 @@ def test_the_owners_list_outlives_a_schedule_whose_next_run_is_far_off(redis_bas
         service.declare([schedule("yearly", "test.noop", cron="0 0 1 1 *", owner="alice")])
         assert store.redis.pttl(keys.schedules_declared("alice")) >= lives - 1000
     assert sorted(s.name for s in service.list("alice")) == ["often", "often2", "yearly"]
+
+
+def test_a_tick_whose_job_an_earlier_pass_made_from_a_request_read_otherwise_keeps_that_job(redis_base: str) -> None:
+    """The job under a tick's key is the tick's, though the request that made it no longer reads the same (a release
+    since stores the params otherwise): the tick gets that job, instead of staying pending until it expires."""
+    runtime = build_runtime(make_settings(redis_base))
+    service = runtime.schedules()
+    made, _ = service.define("alice", {"name": "often", "operation": "test.noop", "everySeconds": 60})
+    key = f"schedule:often:{made.generation}:{made.next_ms}"
+    earlier, _ = runtime.service.submit("alice", "test.noop", {}, idempotency_key=key, priority=9)
+    assert service.fire(made, made.next_ms) == earlier.id == service.fire(made, made.next_ms)
+    jobs, _ = runtime.service.list("alice", limit=50)
+    assert [j.id for j in jobs] == [earlier.id]  # and no second job
