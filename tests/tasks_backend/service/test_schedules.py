@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -168,11 +169,13 @@ def test_the_owners_list_outlives_a_schedule_whose_next_run_is_far_off(redis_bas
     runtime = build_runtime(make_settings(redis_base))
     service, store, keys = runtime.schedules(), runtime.store, runtime.store.keys
     service.define("alice", {"name": "often", "operation": "test.noop", "everySeconds": 60})
-    yearly = {"name": "yearly", "operation": "test.noop", "cron": "0 0 1 1 *"}
+    # Yearly, on the first of the month after next: its next run is a month or more away, whatever today is.
+    cron = f"0 0 1 {(dt.datetime.now(dt.UTC).month + 1) % 12 + 1} *"
+    yearly = schedule("yearly", "test.noop", cron=cron, owner="alice")
     if declared:
-        service.declare([schedule("yearly", "test.noop", cron="0 0 1 1 *", owner="alice")])
+        service.declare([yearly])
     else:
-        service.define("alice", yearly)
+        service.define("alice", {"name": "yearly", "operation": "test.noop", "cron": cron})
     service.define("alice", {"name": "often2", "operation": "test.noop", "everySeconds": 60})  # shortens nothing
     lives = store.redis.pttl(keys.schedule("alice", "yearly"))
     lists = [keys.schedules("alice"), *([keys.schedules_declared("alice")] if declared else [])]
@@ -180,7 +183,7 @@ def test_the_owners_list_outlives_a_schedule_whose_next_run_is_far_off(redis_bas
     for key in lists:
         assert store.redis.pttl(key) >= lives - 1000, key
     if declared:  # declared again at a start: 'same', and the list still outlives it
-        service.declare([schedule("yearly", "test.noop", cron="0 0 1 1 *", owner="alice")])
+        service.declare([yearly])
         assert store.redis.pttl(keys.schedules_declared("alice")) >= lives - 1000
     assert sorted(s.name for s in service.list("alice")) == ["often", "often2", "yearly"]
 
