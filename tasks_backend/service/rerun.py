@@ -112,11 +112,11 @@ class Reruns:
     store: RedisStore
     #: JobService's submit (see `JobService._submit`).
     _submit: Callable[..., tuple[JobRecord, SubmitOutcome]]
-    #: JobService's: a child in its parent's index, cancelled if the parent was meanwhile.
+    #: ChildJobs': a child in its parent's index, cancelled if the parent was meanwhile.
     _indexed_child: Callable[[str, JobRecord], JobRecord]
-    #: JobService's: what follows a cancel (the cancelled job's unfinished children cancelled with it...).
+    #: ChildJobs': what follows a cancel (the cancelled job's unfinished children cancelled with it...).
     _after_cancel: Callable[[JobRecord], None]
-    #: JobService's: who wakes a parent whose children are all finished.
+    #: ChildJobs': who wakes a parent whose children are all finished.
     _waker: Callable[[], Waker]
     audit: Audit
 

@@ -18,9 +18,10 @@ local function due_at(kd, kt, member, at, only_new, ttl)
 end
 
 -- KEYS[k] kept until at least `at` (Redis ms, a number): its expiry moved later, never earlier, and a key that is not
--- there left so. An owner's list of schedules outlives each schedule in it, however far off its next run.
-local function outlive(k, at)
+-- there left so (`t`: a TIME reply this script read already, or nil). An owner's list of schedules outlives each
+-- schedule in it, however far off its next run.
+local function outlive(k, at, t)
   local left = redis.call('PTTL', KEYS[k])
   if left == -2 then return end
-  if left == -1 or clock() + left < at then redis.call('PEXPIREAT', KEYS[k], ms(at)) end
+  if left == -1 or clock(t) + left < at then redis.call('PEXPIREAT', KEYS[k], ms(at)) end
 end

@@ -13,10 +13,11 @@ if again then return again end
 if s[1] ~= ARGV[1] or s[2] ~= ARGV[2] or (s[3] or '0') ~= ARGV[3] or (s[4] and s[4] ~= '') then
   return 'changed'
 end
-redis.call('HSET', KEYS[1], 'next', ARGV[4], 'pending', ARGV[5], 'updated', ms(clock()),
+local t = redis.call('TIME')
+redis.call('HSET', KEYS[1], 'next', ARGV[4], 'pending', ARGV[5], 'updated', ms(clock(t)),
   'rq', ARGV[7] .. ' ok')
 local ends = tonumber(ARGV[4]) + tonumber(ARGV[6])
 redis.call('PEXPIREAT', KEYS[1], ends)
-outlive(2, ends)
-outlive(3, ends)  -- none when the owner declared nothing: then it does nothing
+outlive(2, ends, t)
+outlive(3, ends, t)  -- none when the owner declared nothing: then it does nothing
 return 'ok'

@@ -22,19 +22,20 @@ end
 
 -- Declared in code: in the set of those before anything else, so a schedule a process declares again at every
 -- start (answered 'same'), one declared before the set existed included, is never counted.
-local function mark_declared()
+local function mark_declared(t)
   redis.call('SADD', KEYS[3], ARGV[1])
-  outlive(3, clock() + tonumber(ARGV[4]))
+  outlive(3, clock(t) + tonumber(ARGV[4]), t)
 end
 
+local t = redis.call('TIME')
 local held = redis.call('HMGET', KEYS[1], 'body', 'next', 'rq')
-if ARGV[7] == '1' then mark_declared() end
+if ARGV[7] == '1' then mark_declared(t) end
 if held[1] then
   local again = replayed(held[3], ARGV[6])
   if again then return {again, held[2]} end
   if held[1] == ARGV[2] then
     if ARGV[8] ~= '' then due_at(4, 5, ARGV[8], held[2], true, ARGV[4]) end
-    if ARGV[7] == '1' then outlive(3, tonumber(held[2]) + tonumber(ARGV[4])) end
+    if ARGV[7] == '1' then outlive(3, tonumber(held[2]) + tonumber(ARGV[4]), t) end
     return {'same', held[2]}
   end
   if ARGV[3] ~= '1' then return {'conflict', held[2]} end
@@ -42,7 +43,7 @@ if held[1] then
 elseif tonumber(ARGV[5]) > 0 and not redis.call('ZSCORE', KEYS[2], ARGV[1]) and counted() >= tonumber(ARGV[5]) then
   return {'limit', ''}
 end
-local now = ms(clock())
+local now = ms(clock(t))
 local outcome = held[1] and 'replaced' or 'created'
 redis.call('HSET', KEYS[1], 'body', ARGV[2], 'created', now, 'updated', now, 'rq', ARGV[6] .. ' ' .. outcome,
   unpack(ARGV, 9))
@@ -50,7 +51,7 @@ local next_ms = redis.call('HGET', KEYS[1], 'next')
 local ends = tonumber(next_ms) + tonumber(ARGV[4])
 redis.call('PEXPIREAT', KEYS[1], ends)
 redis.call('ZADD', KEYS[2], now, ARGV[1])
-outlive(2, ends)
-if ARGV[7] == '1' then outlive(3, ends) else redis.call('SREM', KEYS[3], ARGV[1]) end
+outlive(2, ends, t)
+if ARGV[7] == '1' then outlive(3, ends, t) else redis.call('SREM', KEYS[3], ARGV[1]) end
 if ARGV[8] ~= '' then due_at(4, 5, ARGV[8], next_ms, false, ARGV[4]) end
 return {outcome, next_ms}
