@@ -43,5 +43,23 @@ def on_starting(server: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     """A worker dies with the master however the master ends (on Linux): one left behind by a killed master
-    would hold its streams and the port's open connections until it noticed, a second or more later."""
+    would hold its streams and the port's open connections until it noticed, a second or more later. And it
+    reads its settings as plain attributes (`settle`)."""
+    settle(worker.cfg)
     die_with_parent(signal.SIGKILL)
+
+
+def settle(cfg: Any) -> None:
+    """Each of gunicorn's settings kept on `cfg` as a plain attribute, in a worker that has just forked.
+
+    gunicorn's `Config` answers `cfg.name` from its `__getattr__`, which Python calls only once the ordinary
+    lookup has failed, and that failure builds an `AttributeError` and its message first: some twenty-five a
+    request (the parser's limits, the header rules, the hooks, the access line's settings), an eighth of the
+    instructions a web worker spends on a submit. A worker's settings do not change after the fork (a reload
+    starts new workers), so each is read once here. The properties `Config` computes from them (`is_ssl`,
+    `worker_class`, ...) stay its own: a property wins over an attribute of the same name.
+    """
+    values = vars(cfg)  # past `Config.__setattr__`, which refuses a setting's name
+    for name, setting in cfg.settings.items():
+        if not isinstance(getattr(type(cfg), name, None), property):
+            values[name] = setting.get()

@@ -1,16 +1,23 @@
-"""`tasks-backend web`'s gunicorn settings: no peer, loopback included, sets the scheme or the mount point."""
+"""`tasks-backend web`'s gunicorn settings: no peer, loopback included, sets the scheme or the mount point; a
+worker reads its settings as plain attributes."""
 
 from __future__ import annotations
 
 import re
+import socket
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import gunicorn
+import pytest
 from gunicorn.config import Config
+from gunicorn.http import wsgi
 from gunicorn.http.parser import RequestParser
 
 from tasks_backend.serving import gunicorn_conf
+from tasks_backend.serving.access_log import AccessLogger
 
 RAW = (b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\nX-Forwarded-Proto: https\r\nSCRIPT_NAME: /elsewhere\r\n"
        b"PATH_INFO: /admin\r\n\r\n")
@@ -59,3 +66,34 @@ def test_gunicorn_reads_whom_to_trust_nowhere_else() -> None:
     readers = {str(path.relative_to(root)) for path in root.rglob("*.py")
                if any(uses.search(line.split("#", 1)[0]) for line in path.read_text().splitlines())}
     assert readers <= TRUST_READERS, readers - TRUST_READERS
+
+
+def test_a_forked_worker_reads_each_setting_without_gunicorns_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's whole way through a worker (its parse, its WSGI environ and response, the access line) reads
+    no setting through `Config.__getattr__` once the worker has forked, and reads the values the settings hold."""
+    cfg = started(limit_request_line="1234", access_log_format=gunicorn_conf.access_log_format,
+                  accesslog="-")
+    logger = AccessLogger(cfg)
+    before = {name: getattr(cfg, name) for name in cfg.settings}
+    monkeypatch.setattr(gunicorn_conf, "die_with_parent", lambda sig: None)
+    gunicorn_conf.post_fork(SimpleNamespace(cfg=cfg), SimpleNamespace(cfg=cfg))
+    fallen_back: list[str] = []
+    original = Config.__getattr__
+
+    def counted(self: Config, name: str) -> Any:
+        fallen_back.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(Config, "__getattr__", counted)
+    assert {name: getattr(cfg, name) for name in cfg.settings} == before
+    assert cfg.limit_request_line == 1234
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        request = next(iter(RequestParser(cfg, iter([RAW]), ("127.0.0.1", 5000))))
+        response, environ = wsgi.create(request, ours, ("127.0.0.1", 5000), ("127.0.0.1", 8000), cfg)
+        response.start_response("202 Accepted", [("Content-Type", "application/json")])
+        response.write(b"{}")
+        response.close()
+        logger.access(response, request, environ, timedelta(microseconds=900))
+        cfg.pre_request(SimpleNamespace(log=logger), request)
+    assert [name for name in fallen_back if name in cfg.settings] == []
