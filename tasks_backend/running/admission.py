@@ -38,9 +38,8 @@ SLOTS_TTL_S, SLOTS_EVERY_S = 30.0, 10.0
 TICK_MAX_S = 1.0
 #: Run outcomes after which the gate forgets the job, and after which it keeps what it knew (a later admission).
 FINAL = frozenset({"completed", "failed", "cancelled", "missing", Claimed.TERMINAL, Claimed.EXHAUSTED})
-#: Outcomes of a run that parked its job (the others in PAUSED: a claim that found the job parked already).
+#: Outcomes of a run that parked its job.
 PARKED_BY_RUN = frozenset({JobState.INPUT_REQUIRED.value, JobState.SUSPENDED.value})
-PAUSED = PARKED_BY_RUN | {Claimed.PARKED}
 
 
 def concurrency_of(spec: Any, operation: str, params: dict[str, Any]) -> tuple[str, int] | None:
@@ -155,10 +154,15 @@ class DispatchGate:
     def after_run(self, job_id: str, outcome: str, record: JobRecord | None = None,
                   lookup: Callable[[str], Any] | None = None) -> None:
         """A worker is done with a job (or refused to start it): it leaves flight, and held jobs take its room.
-        With fair shares off, a job that had neither a time nor a concurrency limit never entered the gate."""
+        With fair shares off, a job that had neither a time nor a concurrency limit never entered the gate.
+
+        A message claimed while its job is parked (`Claimed.PARKED`, a stale duplicate) leaves nothing: an answer
+        or a wake may have admitted the job again since the claim looked, and a leave would take that admission
+        out of flight, its run then counted against no slot. The run that parked left flight itself; if that leave
+        was lost, `prune` finds the job."""
         if record is not None and lookup is not None and not self.entered(record, lookup):
             return
-        if outcome in FINAL or outcome in PAUSED:
+        if outcome in FINAL or outcome in PARKED_BY_RUN:
             self.leave([job_id], final=outcome in FINAL)
             if record is not None and outcome in PARKED_BY_RUN:
                 self._admit_if_woken(record)
@@ -187,7 +191,8 @@ class DispatchGate:
     def leaving(self, record: JobRecord, target: str, lookup: Callable[[str], Any]) -> GateLeave | None:
         """The gate's leave to ride in a run's last transition (finished, or parked for input), on a single Redis;
         None when the leave, if any, is `after_run`'s (a Redis Cluster, a move that keeps the job in flight)."""
-        if not self.store.single or not (target in FINAL or target in PAUSED) or not self.entered(record, lookup):
+        ends = target in FINAL or target in PARKED_BY_RUN
+        if not self.store.single or not ends or not self.entered(record, lookup):
             return None
         final = target in FINAL
         return GateLeave(self.call(), final=final, lone=final and self.lone and self.inline)
@@ -199,10 +204,10 @@ class DispatchGate:
             self.lone = leave.bypassed
         self.publish(leave.released)
 
-    def leave(self, job_ids: Sequence[str], *, final: bool, waiting: bool = False) -> None:
+    def leave(self, job_ids: Sequence[str], *, final: bool, waiting: bool = False, seen_ms: int | None = None) -> None:
         """The jobs leave the gate (see `store.gate_leave`); what that lets in is published."""
         try:
-            self.publish(self.store.gate_leave(self.call(), job_ids, final=final, waiting=waiting))
+            self.publish(self.store.gate_leave(self.call(), job_ids, final=final, waiting=waiting, seen_ms=seen_ms))
         except StoreUnavailable:
             log.warning("jobs %s left flight unrecorded: the sweeper will find them", list(job_ids))
 
@@ -230,8 +235,11 @@ class DispatchGate:
         return TICK_MAX_S if due is None else min(TICK_MAX_S, max(0.005, (due - now) / 1000))
 
     def prune(self) -> int:
-        """Jobs in flight for a while that no run will report on (gone, finished or parked behind a run that was
-        lost) leave flight. Returns how many."""
+        """Jobs in flight for a while that no run will report on (gone, finished, or parked by a run whose leave
+        was lost) leave flight. Returns how many.
+
+        A parked job's leave names when its state was read (`now`, by the gate's clock, before the read): an
+        answer or a wake that admitted it again after that keeps its place."""
         call = self.call()
         now, _, _ = self.store.gate_tick(call)
         stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s))
@@ -242,9 +250,9 @@ class DispatchGate:
         states = self.store.states_of(stale)
         done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (
             JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)]
-        paused = [j for j, s in zip(stale, states, strict=True) if s is JobState.INPUT_REQUIRED]
+        paused = [j for j, s in zip(stale, states, strict=True) if s in (JobState.INPUT_REQUIRED, JobState.SUSPENDED)]
         self.leave(done, final=True)
-        self.leave(paused, final=False)
+        self.leave(paused, final=False, seen_ms=now)
         return len(done) + len(paused)
 
     def run_forever(self, stop: threading.Event, worker: str = "", slots: int = 0) -> None:

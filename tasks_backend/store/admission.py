@@ -105,12 +105,15 @@ class AdmissionStore(StorePart):
         reply = self.scripts.call("gate.admit", call.all_keys(), *call.head(), job_id, info, delay, leave, message)
         return bool(int(reply[0])), pairs(reply[1:])
 
-    def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool, waiting: bool = False) -> Released:
+    def gate_leave(self, call: GateCall, job_ids: Sequence[str], *, final: bool, waiting: bool = False,
+                   seen_ms: int | None = None) -> Released:
         """Jobs whose runs ended leave flight; the room they made is filled. `final`: the gate forgets them.
-        `waiting` (with `final`): only those that wait; one sent to a worker leaves at its run's end."""
+        `waiting` (with `final`): only those that wait; one sent to a worker leaves at its run's end. `seen_ms`
+        (not `final`; Redis ms by the gate's own clock): when the caller saw them parked; one admitted again since
+        stays where that admission put it."""
         if not job_ids:
             return []
-        mode = ("w" if waiting else "1") if final else "0"
+        mode = ("w" if waiting else "1") if final else "0" if seen_ms is None else f"0@{seen_ms}"
         return pairs(self.scripts.call("gate.leave", call.all_keys(), *call.head(), mode, *job_ids))
 
     def gate_finish(self, call: GateCall, job_id: str, args: Sequence[Any], *,

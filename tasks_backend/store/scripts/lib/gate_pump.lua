@@ -254,14 +254,21 @@ end
 -- The job leaves the gate's count: its run ended, parked or went back. `final`: the gate forgets it. `q` as
 -- gate_restore's. `waiting`: only a job that waits (held, delayed, parked) leaves; one sent to a worker ('f', 'b')
 -- is 'kept' for its run's end to leave (a cancel: its code may run on until its next cancellation point, and its
--- concurrency value stays full until then). Returns where the job was (nil: unknown): a bypassed job ('b') made
+-- concurrency value stays full until then). `seen` (Redis ms, by the gate's clock; nil: none), for a leave that is
+-- not final: the caller saw the job parked at that time, so an admission since (an answer, a wake) is 'kept': held
+-- or delayed, or in flight since `seen` (the same millisecond included: a job admitted again before the caller
+-- looked would not have looked parked). Returns where the job was (nil: unknown): a bypassed job ('b') made
 -- no room in flight.
-local function gate_leave(g, q, id, final, ttl, waiting)
+local function gate_leave(g, q, id, final, ttl, waiting, seen)
   local raw = redis.call('HGET', KEYS[g], id)
   if not raw then return nil end
   local info = gate_info(raw)
   local was = info.t
   if waiting and (was == 'f' or was == 'b') then return 'kept' end
+  if seen and not final then
+    if was == 'h' or was == 'd' then return 'kept' end
+    if was == 'f' and tonumber(redis.call('ZSCORE', KEYS[g + 3], id) or 0) >= seen then return 'kept' end
+  end
   if info.t == 'f' then
     redis.call('ZREM', KEYS[g + 3], id)
     if info.c ~= '' then
