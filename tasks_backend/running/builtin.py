@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from marshmallow import Schema, fields, validate
 
-from .registry import JobSpec
+from .registry import JobSpec, Operation, Operations
 
 BULK = "tasks_backend.bulk"
 #: The actions a bulk job takes.
@@ -68,3 +68,9 @@ BUILTINS: dict[str, JobSpec] = {
     BULK: JobSpec(name=BULK, fn=bulk, params=_BulkParams, ttl_s=None, poll_interval_s=1.0,
                   description="Cancel or rerun the jobs a filter matches."),
 }
+
+
+def spec_of(operations: Operations, operation: str) -> Operation:
+    """What a submit knows of `operation`: a built-in one's spec, else what `operations` says (which refuses an
+    unknown one)."""
+    return BUILTINS.get(operation) or operations.get(operation)

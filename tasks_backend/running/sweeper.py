@@ -14,9 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..config import Settings
-from ..errors import DispatchUnavailable, ServiceUnavailable
+from ..errors import DispatchUnavailable, ServiceUnavailable, TasksBackendError
+from ..model.timing import Timing
 from ..store.jobs import RedisStore
 from ..store.outcomes import Swept
 from .admission import DispatchGate
@@ -28,9 +31,12 @@ log = logging.getLogger(__name__)
 
 
 class Sweeper:
-    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 1000) -> None:
+    def __init__(self, store: RedisStore, dispatcher: Dispatcher, settings: Settings, batch: int = 1000,
+                 lookup: Callable[[str], Any] | None = None) -> None:
+        """`lookup`: an operation's spec (its concurrency limit), for a job the gate never admitted (`_admit`)."""
         self.store, self.dispatcher, self.settings, self.batch = store, dispatcher, settings, batch
         self.admission = DispatchGate(store, dispatcher, settings)
+        self.lookup = lookup
 
     def sweep_once(self, max_rounds: int = 1000) -> dict[str, int]:
         """Look at every job that is due now (by Redis's clock), `batch` jobs per round trip.
@@ -71,6 +77,7 @@ class Sweeper:
         places = self.store.gate_where(self.admission.call(), [j for j, _ in due])
         out_of_gate = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where == "x"}
         bypassed = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where == "b"}
+        unknown = {job_id for (job_id, _), (where, _) in zip(due, places, strict=True) if where is None}
         for (job_id, score), (where, since) in zip(due, places, strict=True):
             if where in ("h", "d"):
                 waiting.append((job_id, score, now + 2 * grace_ms))
@@ -100,6 +107,8 @@ class Sweeper:
             elif action == Swept.REPUBLISH and job_id in bypassed:
                 # Sent past the gate: it comes back through the gate, where its new message is counted.
                 self.admission.readmit(job_id, operation)
+            elif action == Swept.REPUBLISH and job_id in unknown and self._admit(job_id):
+                pass
             elif action == Swept.REPUBLISH:
                 try:
                     self.dispatcher.publish(job_id, operation)
@@ -126,6 +135,29 @@ class Sweeper:
             return
         if taken:
             counts["dead_lettered"] = taken
+
+    def _admit(self, job_id: str) -> bool:
+        """A queued job the gate does not know, which by its record goes through the gate (fair shares on, a start
+        time, a concurrency limit), is admitted as its submit would have admitted it: on a Redis Cluster the submit
+        admits in a call of its own after the job is made, and a process that died between the two left it
+        unadmitted. Published as it is, it would start before its time and count against no slot or value.
+        Returns False when it needs no admission (or this process cannot tell its operation's limit): the caller
+        publishes it."""
+        record = self.store.get(job_id)
+        if record is None or self.lookup is None:
+            return False
+        try:
+            spec = self.lookup(record.operation)
+        except TasksBackendError:
+            log.warning("job %s not admitted to the gate: its operation %r is unknown here", job_id,
+                        record.operation)
+            return False
+        timing = Timing(run_at_ms=record.run_at_ms, priority=record.priority)
+        entry = self.admission.entry(job_id, record.owner, record.operation, spec, record.params, timing)
+        if entry is None:
+            return False
+        self.admission.admit(job_id, entry)
+        return True
 
     def _orphan(self, job_id: str) -> bool:
         """A job written by a submit that then lost its idempotency race, and whose submitter died

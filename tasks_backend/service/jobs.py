@@ -34,7 +34,7 @@ from ..errors import (
 from ..model.domain import JobRecord, JobState, SubmitOutcome
 from ..model.timing import Timing
 from ..running.admission import DispatchGate
-from ..running.builtin import BUILTINS
+from ..running.builtin import BUILTINS, spec_of
 from ..running.dispatch import Dispatcher, RedisDispatcher
 from ..running.registry import Operations
 from ..serving.drain import Drain, Interrupted
@@ -137,7 +137,7 @@ class JobService(FilteredReads, Reruns, Bulk, ChildJobs):
             if idempotency_key is None:
                 raise
             refused = exc  # a replay of a job made before the owner reached its limit still gets it back
-        spec = BUILTINS.get(operation) or self.registry.get(operation)
+        spec = spec_of(self.registry, operation)
         stored_params = spec.dump_params(spec.load_params(params))
         if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY):
             raise BadRequest(f"An idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,7 @@ from ..access.limits import Limiter
 from ..config import Settings
 from ..errors import ServiceUnavailable, StoreUnavailable
 from ..push.subscriptions import PushStore
+from ..running.builtin import spec_of
 from ..running.catalog import PublishedOperations
 from ..running.declared import declared_in
 from ..running.dispatch import AmqpDispatcher, CeleryDispatcher, Dispatcher, RedisDispatcher
@@ -80,7 +82,8 @@ class Runtime:
         return self._push
 
     def sweeper(self) -> Sweeper:
-        return Sweeper(self.store, self.dispatcher, self.settings)
+        return Sweeper(self.store, self.dispatcher, self.settings,
+                       lookup=functools.partial(spec_of, self.service.registry))
 
     def schedules(self) -> ScheduleService:
         """Recurring jobs over this runtime's job service (one per process)."""

@@ -7,6 +7,7 @@ import base64
 import json
 import secrets
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tasks_backend.model.domain import JobState
 from tasks_backend.service.jobs import JobService
 from tasks_backend.service.runtime import Runtime, build_runtime
 from tasks_backend.store.claims import ClaimTerms
+from tasks_backend.store.fields import new_job
 from tasks_backend.store.jobs import RedisStore
 from tests.conftest import wait_until
 
@@ -193,3 +195,41 @@ def test_a_job_queued_again_but_never_admitted_goes_through_the_gate(runtime: Ru
     assert first not in sent()
     for job_id in (first, second):
         rt.service.cancel(ALICE, job_id)
+
+
+@pytest.mark.parametrize("rule", ["a start time", "a concurrency value"])
+def test_a_job_made_but_never_admitted_goes_through_the_gate_by_its_record(runtime: Runtime, rule: str) -> None:
+    """A job whose submitter died between making it and the gate's admission (a Redis Cluster's two calls): the
+    sweeper admits it as the submit would have, from its record. Published as it was, it would start before its
+    time, or past its concurrency value's limit."""
+    rt = own_runtime(runtime, queued_grace_s=0.05)
+    call, broker = rt.service.admission.call(), broker_of(rt)
+    now = rt.store.now_ms()
+    params = {"ledger": "-", "tag": "t", "customer_id": "c1", "hold": None, "seconds": 0}
+    if rule == "a start time":
+        operation, run_at, full = "test.noop", now + 3_600_000, []
+        params = {}
+    else:  # the value's one slot is taken
+        operation, run_at = "test.limited_uncancellable", None
+        full = [rt.service.submit(ALICE, operation, params)[0].id]
+        broker.delete(rt.settings.queue)  # taken by a worker: in flight, its value full
+    job_id = str(uuid.uuid4())
+    fields = new_job(owner=ALICE.name, operation=operation, ttl_ms=600_000, poll_ms=100,
+                     params_json=json.dumps(params), idempotency_key=None, run_at_ms=run_at)
+    rt.store.create(fields, job_id, ALICE.name, idem_key=None, idem_value="", ttl_ms=600_000, sweep_in_ms=0)
+    assert rt.store.gate_where(call, [job_id])[0][0] is None
+
+    def looked_at() -> bool:
+        rt.sweeper().sweep_once()
+        return rt.store.gate_where(call, [job_id])[0][0] is not None or job_id in sent(rt, broker)
+
+    wait_until(looked_at, 10, interval=0.1, message="the sweeper to look at the job")
+    assert rt.store.gate_where(call, [job_id])[0][0] == ("d" if rule == "a start time" else "h")
+    assert job_id not in sent(rt, broker)
+    for other in (job_id, *full):
+        rt.service.cancel(ALICE, other)
+    broker.delete(rt.settings.queue)
+
+
+def sent(rt: Runtime, broker: Any) -> list[str]:
+    return [message_job(m) for m in broker.lrange(rt.settings.queue, 0, -1)]
