@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 SLOTS_TTL_S, SLOTS_EVERY_S = 30.0, 10.0
 #: The longest a pump loop sleeps (a delayed job due sooner wakes it then).
 TICK_MAX_S = 1.0
+#: How many of the jobs in flight longest one prune looks at.
+PRUNE_PAGE = 1000
 #: Run outcomes after which the gate forgets the job, and after which it keeps what it knew (a later admission).
 FINAL = frozenset({"completed", "failed", "cancelled", "missing", Claimed.TERMINAL, Claimed.EXHAUSTED})
 #: Outcomes of a run that parked its job.
@@ -58,6 +60,7 @@ class DispatchGate:
         #: The dispatcher whose queue the gate's scripts push to, when they push (`inline`).
         self._pusher = dispatcher if isinstance(dispatcher, RedisDispatcher) and self.inline else None
         self._scan = 0  # where `prune` goes on through the gate's jobs
+        self._flight_at = 0  # and through those in flight longest
         self._keys = tuple(store.keys.gate_keys(settings.queue))
         self._call: GateCall | None = None  # the call without a counter TTL to renew: the same every time
         #: Whether the last run to end here had been sent past the gate (a lone owner's bypass): the next run's end
@@ -242,7 +245,11 @@ class DispatchGate:
         answer or a wake that admitted it again after that keeps its place."""
         call = self.call()
         now, _, _ = self.store.gate_tick(call)
-        stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s))
+        # A page of those in flight longest, from where the last prune's page ended: thousands of long runs that
+        # go on do not hide a lost one behind them.
+        stale = self.store.gate_in_flight(call, now - int(2000 * self.settings.queued_grace_s), PRUNE_PAGE,
+                                          self._flight_at)
+        paged = len(stale)
         # And a step through the rest: a parked job that expires unanswered never reports back, nor does a job
         # sent past the gate (bypassed) whose run's leave was lost.
         self._scan, seen = self.store.gate_scan(call, self._scan)
@@ -253,6 +260,10 @@ class DispatchGate:
         paused = [j for j, s in zip(stale, states, strict=True) if s in (JobState.INPUT_REQUIRED, JobState.SUSPENDED)]
         self.leave(done, final=True)
         self.leave(paused, final=False, seen_ms=now)
+        # Those of the page that left moved the rest of the flight forward; a short page was the last one.
+        leaving = {*done, *paused}
+        left = sum(1 for job_id in stale[:paged] if job_id in leaving)
+        self._flight_at = self._flight_at + paged - left if paged == PRUNE_PAGE else 0
         return len(done) + len(paused)
 
     def run_forever(self, stop: threading.Event, worker: str = "", slots: int = 0) -> None:

@@ -165,11 +165,12 @@ class AdmissionStore(StorePart):
             cursor, found = self.redis.hscan(call.key("jobs"), cursor, count=count)
         return int(cursor), [(str(k), str(v)[0]) for k, v in found.items()]
 
-    def gate_in_flight(self, call: GateCall, before_ms: int, limit: int = 1000) -> list[str]:
-        """Jobs in flight since before `before_ms` (Redis ms)."""
+    def gate_in_flight(self, call: GateCall, before_ms: int, limit: int = 1000, start: int = 0) -> list[str]:
+        """Jobs in flight since before `before_ms` (Redis ms), the longest first: `limit` of them from the
+        `start`th."""
         with redis_errors():
             return [str(x) for x in self.redis.zrangebyscore(call.key("flight"), "-inf", before_ms,
-                                                             start=0, num=limit)]
+                                                             start=start, num=limit)]
 
     def gate_figures(self, call: GateCall, now_ms: int, oldest: int = 100) -> GateFigures:
         """What `/metrics` reports of the gate, in one round trip: every figure a count kept by the gate's own

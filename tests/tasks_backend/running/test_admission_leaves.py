@@ -1,21 +1,24 @@
 """Leaves from the dispatch gate that no run's end makes (`DispatchGate.prune`, a stale message's claim), racing an
-answer or a wake that admits the job again, against a real Redis that is also the broker.
+answer or a wake that admits the job again, and the prune's reach past thousands of runs that go on, against a real
+Redis that is also the broker.
 
 A wrapped store call stands for the other process acting at that moment: its admission lands between the prune's
 read of the job's state and its leave."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from tasks_backend.model.domain import JobState
-from tasks_backend.running.admission import DispatchGate
-from tasks_backend.service.runtime import Runtime
+from tasks_backend.running.admission import PRUNE_PAGE, DispatchGate
+from tasks_backend.service.runtime import Runtime, build_runtime
+from tasks_backend.store.admission import entry as gate_entry
 from tasks_backend.store.outcomes import Claimed
-from tests.conftest import wait_until
+from tests.conftest import make_settings, single_redis, wait_until
 from tests.support.gate import made, submit, take, where
 
 
@@ -103,3 +106,31 @@ def test_a_stale_message_claimed_while_its_job_is_parked_leaves_its_new_admissio
     assert where(runtime, [job_id]) == ["f"]
     gate_of(runtime).after_run(job_id, Claimed.PARKED)
     assert where(runtime, [job_id]) == ["f"]
+
+
+def test_a_lost_run_behind_a_pages_worth_of_runs_that_go_on_leaves_flight(redis_base: str) -> None:
+    """More long runs in flight than one prune looks at, all going on, and behind them a finished job whose leave
+    was lost: the prunes page through the flight and reach it."""
+    rt = build_runtime(make_settings(single_redis(redis_base), max_active_jobs=0, rate_limit=0,
+                                     queued_grace_s=0.05, dispatch_slots=PRUNE_PAGE + 100))
+    gate = gate_of(rt)
+    call, owner = gate.call(), rt.store.keys.gate_owner("alice")
+    running = [f"run-{uuid.uuid4().hex}" for _ in range(PRUNE_PAGE + 50)]
+    lost = f"x-lost-{uuid.uuid4().hex}"  # after every run of its millisecond, as the flight sorts them
+    pipe = rt.store.redis.pipeline(transaction=False)
+    for job_id in running:
+        pipe.hset(rt.store.keys.job(job_id), mapping={"state": JobState.RUNNING.value})
+        pipe.pexpire(rt.store.keys.job(job_id), 600_000)
+    pipe.hset(rt.store.keys.job(lost), mapping={"state": JobState.COMPLETED.value})
+    pipe.pexpire(rt.store.keys.job(lost), 600_000)
+    pipe.execute()
+    for job_id in [*running, lost]:  # the lost one sent last: in flight the shortest
+        rt.store.gate_admit(call, job_id, gate_entry(owner, 5, "test.noop"), "0")
+    assert where(rt, [running[0], lost]) == ["f", "f"]
+    flight = rt.store.keys.gate(rt.settings.queue, "flight")
+    since = float(rt.store.redis.zscore(flight, lost) or 0)
+    wait_until(lambda: rt.store.gate_tick(call)[0] > since + 100, message="all stale in flight")
+    for _ in range(3):
+        gate.prune()
+    assert where(rt, [lost]) == [None]
+    assert rt.store.redis.zcard(flight) == len(running)
