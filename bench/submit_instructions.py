@@ -29,7 +29,7 @@ import stat
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +62,12 @@ class Callgrind:
         self._control("-z")
 
     def read(self) -> int:
-        """Instructions since the last zero (callgrind writes them to a numbered dump file)."""
-        before = set(self.out_dir.glob("cg.*"))
+        """Instructions since the last zero (callgrind writes them to a numbered dump file of this process's; the
+        other processes it traces, a web server's master, write files of their own)."""
+        mine = f"cg.{self.pid}.*"
+        before = set(self.out_dir.glob(mine))
         self._control("-d")
-        made = set(self.out_dir.glob("cg.*")) - before
+        made = set(self.out_dir.glob(mine)) - before
         if len(made) != 1:
             raise RuntimeError(f"callgrind's dump made {len(made)} files in {self.out_dir}, not one")
         (dump,) = made
@@ -166,24 +168,32 @@ def measure(requests: int, warm: int, rows: Collection[str] = ()) -> dict[str, f
     return counts
 
 
-def report(counts: dict[str, float]) -> str:
-    bare = counts[BARE]
-    lines = [f"{'row':<40} {'Redis instructions per request':>31} {'vs bare':>8}"]
+def report(counts: dict[str, float], counted: str = "Redis instructions per request") -> str:
+    """The counts as a table, each against the bare route's."""
+    bare, width = counts[BARE], len(counted) + 1
+    lines = [f"{'row':<40} {counted:>{width}} {'vs bare':>8}"]
     for name, count in counts.items():
-        lines.append(f"{name:<40} {count:>31,.0f} {count / bare:>7.2f}x")
+        lines.append(f"{name:<40} {count:>{width},.0f} {count / bare:>7.2f}x")
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=2000, help="requests counted per row (default 2000)")
-    parser.add_argument("--warm", type=int, default=200, help="requests sent before counting (default 200)")
-    parser.add_argument("--row", action="append", default=[], choices=(*ROWS, BARE),
+def command_line(doc: str, rows: Sequence[str], measure: Callable[[int, int, Sequence[str]], dict[str, float]], *,
+                 requests: int, warm: int, counted: str) -> None:
+    """An instruction count's command: its options, its measure of the rows asked for (all, by default), its table."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=requests, help=f"requests counted per row (default {requests})")
+    parser.add_argument("--warm", type=int, default=warm, help=f"requests sent before counting (default {warm})")
+    parser.add_argument("--row", action="append", default=[], choices=rows,
                         help="count this row only (repeatable; the bare route's name for the ratios)")
     parser.add_argument("--json", action="store_true", help="print the counts as JSON instead of a table")
     args = parser.parse_args()
     counts = measure(args.requests, args.warm, args.row)
-    print(json.dumps(counts) if args.json or BARE not in counts else report(counts))
+    print(json.dumps(counts) if args.json or BARE not in counts else report(counts, counted))
+
+
+def main() -> None:
+    command_line(__doc__ or "", (*ROWS, BARE), measure, requests=2000, warm=200,
+                 counted="Redis instructions per request")
 
 
 if __name__ == "__main__":

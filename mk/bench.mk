@@ -9,7 +9,7 @@ BENCH_PINS := bench/baselines/requirements.txt
 QUICK ?=
 BENCH_ARGS ?=
 
-.PHONY: bench bench-deps bench-hostile bench-instructions bench-revisions bench-scaling bench-schedules bench-tracing valgrind-deps
+.PHONY: bench bench-deps bench-hostile bench-instructions bench-web-instructions bench-revisions bench-scaling bench-schedules bench-tracing valgrind-deps
 
 bench: install bench-deps
 	$(PY) -m bench.run $(if $(QUICK),--quick) $(BENCH_ARGS)
@@ -60,6 +60,11 @@ bench-tracing: install bench-deps
 # submit's scripts is judged by (`bench/submit_instructions.py`). Its test needs valgrind too.
 bench-instructions: install valgrind-deps
 	$(PY) -m bench.submit_instructions $(BENCH_ARGS)
+
+# A web worker's instructions per request on each side of the dispatch row, counted by callgrind (about 80 s):
+# what a change to the web's Python path is judged by (`bench/web_instructions.py`).
+bench-web-instructions: install valgrind-deps
+	$(PY) -m bench.web_instructions $(BENCH_ARGS)
 
 valgrind-deps:
 	@command -v callgrind_control >/dev/null || { command -v apt-get >/dev/null && \
