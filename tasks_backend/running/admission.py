@@ -254,10 +254,12 @@ class DispatchGate:
         # sent past the gate (bypassed) whose run's leave was lost.
         self._scan, seen = self.store.gate_scan(call, self._scan)
         stale += [job_id for job_id, where in seen if where in ("x", "b")]
+        out = {job_id for job_id, where in seen if where == "x"}  # parked and out of flight: nothing to leave
         states = self.store.states_of(stale)
         done = [j for j, s in zip(stale, states, strict=True) if s is None or s in (
             JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)]
-        paused = [j for j, s in zip(stale, states, strict=True) if s in (JobState.INPUT_REQUIRED, JobState.SUSPENDED)]
+        paused = [j for j, s in zip(stale, states, strict=True)
+                  if s in (JobState.INPUT_REQUIRED, JobState.SUSPENDED) and j not in out]
         self.leave(done, final=True)
         self.leave(paused, final=False, seen_ms=now)
         # Those of the page that left moved the rest of the flight forward; a short page was the last one.
