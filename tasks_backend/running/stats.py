@@ -5,8 +5,9 @@ run and their push deliveries; sweepers record their actions. The figures are co
 by each worker once a second per distinct counter (duration bucket and sum per operation and outcome; the other
 figures are sums taken at read time), plus sorted sets of parked and running jobs, checked against the jobs'
 states when read so those gauges heal themselves (a worker killed mid-job leaves an entry the read drops).
-Rule: every key has a TTL that the writers renew (the counter hashes at most once a minute per process), and
-metrics never fail a job: a write that cannot reach Redis is dropped.
+Rule: every key has a TTL that each write renews in its own pipeline (a renewal skipped because an earlier one was
+sent can be lost with that earlier write, leaving the hash the next write makes without a TTL), and metrics never
+fail a job: a write that cannot reach Redis is dropped.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class JobStats:
             else:
                 pipe.hincrby(jobs, field, int(amount))
         if increments:
-            self.store.keep_ttl(pipe, jobs, STATS_TTL_MS)
+            pipe.pexpire(jobs, STATS_TTL_MS)
         if parked:
             pipe.zadd(self.keys.stats("parked"), parked)
             pipe.pexpire(self.keys.stats("parked"), STATS_TTL_MS)  # emptied when read: renewed every time
@@ -140,7 +141,7 @@ class JobStats:
             pipe = self.redis.pipeline(transaction=False)
             for field, count in counts.items():
                 pipe.hincrby(self.keys.stats(name), field, count)
-            self.store.keep_ttl(pipe, self.keys.stats(name), STATS_TTL_MS)
+            pipe.pexpire(self.keys.stats(name), STATS_TTL_MS)
             pipe.execute()
         except redis.RedisError as exc:
             log.debug("%s stats not recorded: %s", name, type(exc).__name__)

@@ -6,7 +6,6 @@ Every state change is a script (`store.scripts`) run through `ScriptRunner`; Red
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,7 +56,6 @@ class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, Adm
         #: (replicas a new job must reach before `create` returns, within this many ms): Redis `WAIT`.
         self.replicas = replicas
         self.scripts = ScriptRunner(client, SCRIPTS)
-        self._ttl_kept: dict[str, float] = {}
         #: One Redis (with or without Sentinel), not a Cluster: a script may touch keys of any slot.
         self.single = isinstance(client, redis.Redis)
         self.finished = FinishedRecords(self.now_ms)
@@ -73,17 +71,6 @@ class RedisStore(FeedReads, FinishedReads, IndexPages, SweepSchedule, Waits, Adm
     def _job(self, name: str, job_id: str, *args: Any) -> Any:
         """One script on one job's keys: a plain command, which costs less than a pipeline of one."""
         return self.scripts.call(name, self.keys.job_keys(job_id), *args)
-
-    def keep_ttl(self, pipe: Any, key: str, ttl_ms: int) -> None:
-        """Renew the TTL of a hash of counters in `pipe`, at most once a minute per process.
-
-        Counters are written on every finish; renewing a TTL of days on each write would only add a
-        command. Only for keys that are never emptied: Redis deletes an emptied key, and one recreated
-        by the next write would go without a TTL until the next renewal."""
-        now = time.monotonic()
-        if now - self._ttl_kept.get(key, -120.0) >= 60.0:
-            self._ttl_kept[key] = now
-            pipe.pexpire(key, ttl_ms)
 
     # -- create and read -------------------------------------------------------
     def create(self, new: dict[str, str], job_id: str, owner: str, *, idem_key: str | None, idem_value: str,
