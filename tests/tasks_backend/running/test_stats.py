@@ -11,13 +11,15 @@ import redis
 from tasks_backend.model.domain import JobRecord, JobState
 from tasks_backend.running.stats import JobStats
 from tasks_backend.service.runtime import Runtime
+from tasks_backend.store.connect import connect
 
 
 def _unreachable() -> redis.Redis:
+    """A client as the store makes them (it fails at once), of a port nothing listens on."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return redis.Redis(port=port, socket_connect_timeout=1)
+    return connect(f"redis://127.0.0.1:{port}/0")
 
 
 def _record(job_id: str) -> JobRecord:
