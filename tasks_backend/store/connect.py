@@ -13,8 +13,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -199,13 +198,26 @@ def connect_cluster(url: str, timeout_s: float, **options: Any) -> ScriptingClus
     )
 
 
-@contextmanager
-def redis_errors() -> Iterator[None]:
-    """Turn Redis being down or unreachable into `StoreUnavailable`."""
-    try:
-        yield
-    except REDIS_DOWN as exc:
-        raise StoreUnavailable() from exc
+class _RedisErrors:
+    """`redis_errors`' context manager: a class, since it wraps every call to the store, and one made from a
+    generator costs several times as much to enter and leave. It keeps no state, so one serves every caller."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if kind is not None and issubclass(kind, REDIS_DOWN):
+            raise StoreUnavailable() from exc
+
+
+_REDIS_ERRORS = _RedisErrors()
+
+
+def redis_errors() -> _RedisErrors:
+    """Turn Redis being down or unreachable into `StoreUnavailable` (`with redis_errors(): ...`)."""
+    return _REDIS_ERRORS
 
 
 def through_outage(call: Callable[[], T], tolerance_s: float, stop: threading.Event | None = None) -> T:

@@ -19,9 +19,10 @@ from tests.support.procs import ROOT
 
 
 def idle_connection(client: redis.Redis) -> Any:
-    """The one connection the client's pool holds, after a command made it."""
+    """The one connection the client holds between commands, after a command made it (the store's client keeps it
+    out of the pool: `StoreClient`)."""
     client.ping()
-    (conn,) = client.connection_pool._available_connections  # type: ignore[attr-defined]
+    (conn,) = client._kept  # type: ignore[attr-defined]
     return conn
 
 
@@ -49,8 +50,8 @@ def test_a_connection_the_server_closed_is_replaced_before_a_command_uses_it(red
     killed = client.client_id()
     redis.Redis.from_url(f"{redis_base}/3").client_kill_filter(_id=killed)
     wait_until(lambda: unusable(conn), 5, message="the closed connection to read as unusable")
-    # Replaced at checkout (the pool reconnects this same object), not by a failed command and a retry: with no
-    # retry the command still succeeds.
+    # Replaced at checkout (the client reconnects this same object, as the pool would), not by a failed command
+    # and a retry: with no retry the command still succeeds.
     conn.retry = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
     assert client.client_id() != killed
 
