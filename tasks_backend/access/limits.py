@@ -98,9 +98,13 @@ class Limiter:
         return self.streams.hold(principal, events, lease_s)
 
 
+#: `json.dumps` with options builds its encoder on every call: this one is built once.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def params_size(params: Any) -> int | None:
     """Bytes of params as JSON (what the store keeps, give or take key order); None if not JSON at all."""
     try:
-        return len(json.dumps(params, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        return len(_COMPACT(params).encode("utf-8", "surrogatepass"))
     except (TypeError, ValueError, RecursionError):
         return None  # the operation's schema refuses it

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,18 @@ DEFAULT_PRIORITY = 5
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def new_uuid() -> str:
+    """A random (version 4) UUID's canonical text, as `str(uuid.uuid4())` gives: a job's id, a message's tag.
+
+    Built from its 16 random bytes directly: `uuid.UUID` checks and stores them as an integer first, and its text
+    is formatted from that integer again, which costs twice as much on every submit."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122's variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def rfc3339(ms: int) -> str:

@@ -21,8 +21,9 @@ def handle(record: JobRecord) -> dict[str, Any]:
     elif record.run_at_ms is not None and record.run_at_ms > record.created_ms and record.state is JobState.QUEUED:
         # (A time already past when the job was made is a start now: it waits for a worker, not for its time.)
         out["statusMessage"] = f"Waiting to start at {rfc3339(record.run_at_ms)}."
-    out["createdAt"] = rfc3339(record.created_ms)
-    out["lastUpdatedAt"] = rfc3339(record.updated_ms)
+    out["createdAt"] = created = rfc3339(record.created_ms)
+    # A new job's two times are one: formatted once.
+    out["lastUpdatedAt"] = created if record.updated_ms == record.created_ms else rfc3339(record.updated_ms)
     out["ttlMs"] = record.ttl_ms
     out["pollIntervalMs"] = record.poll_ms
     out["priority"] = record.priority
@@ -71,7 +72,11 @@ def addressed(record: JobRecord) -> dict[str, Any]:
     return out
 
 
+#: `json.dumps` with options builds its encoder on every call: this one is built once.
+_WIRE = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def wire_json(value: Any) -> bytes:
     """A JSON answer's body, the same for every answer, errors included: compact, and ending with a newline (so
     that a shell prompt after `curl` starts on a line of its own)."""
-    return json.dumps(value, separators=(",", ":")).encode() + b"\n"
+    return _WIRE(value).encode() + b"\n"

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import time
-import uuid
 from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
@@ -21,6 +20,7 @@ from celery import Celery
 
 from ..config import Settings
 from ..errors import DispatchUnavailable
+from ..model.domain import new_uuid
 from ..store.connect import keepalive_options
 from ..store.jobs import ListPush
 from ..store.keys import Keys
@@ -188,7 +188,7 @@ class RedisDispatcher(CeleryDispatcher):
         body = base64.b64encode((BODY % quoted).encode()).decode()
         return self._envelope % {"id": quoted, "shadow": encode_basestring_ascii(operation),
                                  "argsrepr": encode_basestring_ascii(f"[{operation!r}, {job_id!r}]"),
-                                 "body": f'"{body}"', "tag": f'"{uuid.uuid4()}"'}
+                                 "body": f'"{body}"', "tag": f'"{new_uuid()}"'}
 
     def _template(self) -> str:
         """The message as JSON, with `%(name)s` where each call's values go (already JSON-encoded)."""

@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from ..errors import (
     QuotaExceeded,
     UnknownOperation,
 )
-from ..model.domain import JobRecord, JobState, SubmitOutcome
+from ..model.domain import JobRecord, JobState, SubmitOutcome, new_uuid
 from ..model.timing import Timing
 from ..running.admission import DispatchGate
 from ..running.builtin import BUILTINS, spec_of
@@ -59,8 +58,12 @@ log = logging.getLogger(__name__)
 MAX_IDEMPOTENCY_KEY = 255
 
 
+#: `json.dumps` with options builds its encoder on every call: this one is built once.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL(value)
 
 
 #: In a request's hash, before its timing (`Timing.identity`): the hashes made before timing was part of a request
@@ -159,7 +162,7 @@ class JobService(FilteredReads, Reruns, Bulk, ChildJobs):
         params_json = canonical_json(stored_params)
 
         for _ in range(3):
-            job_id = str(uuid.uuid4())
+            job_id = new_uuid()
             # `created` and `updated` come from Redis's clock, set by the script and returned with its reply.
             new = job_fields.new_job(owner=owner, operation=operation, ttl_ms=ttl_ms, poll_ms=poll_ms,
                                      params_json=params_json, idempotency_key=idempotency_key,

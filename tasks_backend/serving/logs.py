@@ -93,7 +93,12 @@ class JsonFormatter(logging.Formatter):
             out["requestId"] = request_id
         if record.exc_info:
             out["exception"] = mask_secrets(self.formatException(record.exc_info))
-        return json.dumps(out, ensure_ascii=False)
+        return _LINE(out)
+
+
+#: `json.dumps` with options builds its encoder on every call (every log line: the access line of each request
+#: too): this one is built once.
+_LINE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class TextFormatter(logging.Formatter):
