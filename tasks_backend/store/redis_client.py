@@ -28,7 +28,7 @@ class StoreClient(redis.Redis):
 
     With redis-py's plain pool (not Sentinel's, whose release drops a connection to a demoted primary), the client
     keeps up to `KEPT` connections between plain commands instead of handing them back: the pool's checkout and
-    return, with its fork check, its lock, its metrics and its release event, cost about 4% of a web worker's
+    return, with its fork check, its lock, its metrics and its release event, cost about 3% of a web worker's
     instructions a submit. A kept connection is checked before each use as the pool checks one (data left over,
     or a server that closed it: made again), belongs to the process that made it (a forked child starts with none),
     counts as in use for the pool's limit, and goes back to the pool when the client is closed."""
